@@ -1,0 +1,3 @@
+from hyperhive.cli import main
+
+main()

@@ -1,0 +1,174 @@
+"""The bash MCP server's tools: `run`, `status`, `kill`, `list` (design.md 3.3), over a task service.
+
+The seam: tools talk to a `TaskService`. Standalone, that is a `TaskEngine` hosted in this process (its
+tasks die with it). Once the harness runs (a later issue), `hyperhive bash-mcp` started with `HIVE_SOCKET`
+will get a service that forwards to the harness's engine instead, so that tasks outlive the agent process.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any, Protocol
+
+import anyio
+
+from hyperhive import __version__
+from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolResult
+from hyperhive.config import Config
+from hyperhive.errors import TaskError
+from hyperhive.store import Store, TaskRow
+from hyperhive.tasks.engine import DEFAULT_WAIT, MAX_WAIT, KillResult, RunResult, TaskEngine, TaskView
+from hyperhive.tasks.report import format_view, summary, view_dict
+
+log = logging.getLogger("hyperhive.bash_mcp")
+
+
+class TaskService(Protocol):
+    async def run(self, cmd: str, timeout_secs: object = None, wait_seconds: object = DEFAULT_WAIT) -> RunResult: ...
+    async def status(self, task_id: object, wait_seconds: object = 0) -> TaskView: ...
+    async def kill(self, task_id: object) -> KillResult: ...
+    def list(self, limit: int = 100) -> list[TaskRow]: ...
+
+
+INSTRUCTIONS = (
+    "Background shell tasks. run() starts `sh -c CMD` and waits up to wait_seconds (default 3, max 30) for it; "
+    "a task still running then keeps going, and you are woken with its exit code and last output lines when it "
+    "ends. status() polls (optionally waiting), kill() stops a task and everything it started, list() shows tasks."
+)
+
+_WAIT_PROP = {
+    "type": "number",
+    "minimum": 0,
+    "description": f"Seconds to wait inline for the task to finish (capped at {MAX_WAIT:g}); 0 returns at once.",
+}
+_ID_PROP = {"type": ["integer", "string"], "description": "The task id that run() returned."}
+
+
+def build_tools(service: TaskService) -> list[Tool]:
+    async def run(args: dict[str, Any]) -> ToolResult:
+        _only(args, "cmd", "timeout_secs", "wait_seconds")
+        if "cmd" not in args:
+            raise ToolFailure("run needs `cmd`, the shell command to run")
+        try:
+            result = await service.run(args["cmd"], args.get("timeout_secs"), args.get("wait_seconds", DEFAULT_WAIT))
+        except TaskError as exc:
+            raise ToolFailure(exc.message) from exc
+        data = view_dict(result.view)
+        if result.finished_inline or result.view.row.final:
+            return ToolResult(format_view(result.view), data)
+        row = result.view.row
+        return ToolResult(
+            f"task started: id={row.id}\nIt is still running; you will be woken when it ends "
+            f"(status(id={row.id}) polls, kill(id={row.id}) stops it).",
+            data,
+        )
+
+    async def status(args: dict[str, Any]) -> ToolResult:
+        _only(args, "id", "wait_seconds")
+        if "id" not in args:
+            raise ToolFailure("status needs `id`, the task id that run() returned")
+        try:
+            view = await service.status(args["id"], args.get("wait_seconds", 0))
+        except TaskError as exc:
+            raise ToolFailure(exc.message) from exc
+        return ToolResult(format_view(view), view_dict(view))
+
+    async def kill(args: dict[str, Any]) -> ToolResult:
+        _only(args, "id")
+        if "id" not in args:
+            raise ToolFailure("kill needs `id`, the task id that run() returned")
+        try:
+            result = await service.kill(args["id"])
+        except TaskError as exc:
+            raise ToolFailure(exc.message) from exc
+        row = result.view.row
+        if not result.was_running:
+            text = f"task {row.id} had already ended: {summary(row)}"
+        elif result.survived:
+            text = f"task {row.id}: some processes of its group survived TERM and KILL: {summary(row)}"
+        else:
+            text = f"task {row.id} killed, with every process it started: {summary(row)}"
+        data = {**view_dict(result.view), "survived": result.survived, "was_running": result.was_running}
+        return ToolResult(text, data, is_error=result.survived)
+
+    async def list_(args: dict[str, Any]) -> ToolResult:
+        _only(args)
+        rows = service.list()
+        text = "\n".join(summary(r) for r in rows) if rows else "no tasks yet"
+        return ToolResult(text, {"tasks": [{"id": r.id, "status": r.status, "cmd": r.cmd} for r in rows]})
+
+    return [
+        Tool(
+            "run",
+            "Run a shell command (`sh -c CMD`, stdin /dev/null, its own process group) in the background. "
+            "Waits up to wait_seconds (default 3) and returns the full status if it finished; otherwise "
+            "returns `task started: id=<id>` and you are woken when it ends, times out or fails to start.",
+            {
+                "type": "object",
+                "properties": {
+                    "cmd": {"type": "string", "description": "The shell command."},
+                    "timeout_secs": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "description": "Kill the task (and everything it started) after this many seconds; "
+                        "status becomes timed_out. Omit for no timeout.",
+                    },
+                    "wait_seconds": _WAIT_PROP,
+                },
+                "required": ["cmd"],
+                "additionalProperties": False,
+            },
+            run,
+        ),
+        Tool(
+            "status",
+            "A task's status (pending, running, done, timed_out, interrupted, killed), exit code, duration, "
+            "and the last 4 KiB of its stdout and stderr with their total sizes.",
+            {
+                "type": "object",
+                "properties": {"id": _ID_PROP, "wait_seconds": _WAIT_PROP},
+                "required": ["id"],
+                "additionalProperties": False,
+            },
+            status,
+        ),
+        Tool(
+            "kill",
+            "Stop a task and every process it started (TERM, a short grace, then KILL); says if anything survived.",
+            {"type": "object", "properties": {"id": _ID_PROP}, "required": ["id"], "additionalProperties": False},
+            kill,
+        ),
+        Tool(
+            "list",
+            "The most recent tasks, newest first, one line each.",
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            list_,
+        ),
+    ]
+
+
+def _only(args: dict[str, Any], *allowed: str) -> None:
+    unknown = sorted(set(args) - set(allowed))
+    if unknown:
+        accepted = ", ".join(allowed) if allowed else "none"
+        raise ToolFailure(f"unknown argument(s) {', '.join(unknown)}; accepted: {accepted}")
+
+
+async def serve_standalone(config: Config) -> None:
+    """Serve on stdio, hosting the task engine here; SIGTERM/SIGINT and stdin EOF end it, tasks and all."""
+    with Store(config.db_path) as store:
+        async with TaskEngine(store, config.tasks_dir, config.workdir) as engine:
+            server = StdioServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
+            async with anyio.create_task_group() as tg:
+
+                async def on_signal() -> None:
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                        async for signum in signals:
+                            log.info("bash-mcp: %s, shutting down", signal.Signals(signum).name)
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(on_signal)
+                await server.serve()
+                tg.cancel_scope.cancel()

@@ -1,0 +1,59 @@
+"""The `hyperhive` command line (click).
+
+Subcommands load lazily: `hyperhive bash-mcp` is spawned by the agent for every turn, so it must not pay
+for importing the runtimes, and none of them pay for each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from hyperhive import __version__
+from hyperhive.config import Config, load_config
+from hyperhive.errors import ConfigError
+
+# name → "module:attribute" of a click command.
+COMMANDS = {
+    "bash-mcp": "hyperhive.cli.bash_mcp:bash_mcp",
+    "tasks": "hyperhive.cli.tasks:tasks",
+    "turn": "hyperhive.cli.turn:turn",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+
+def config_or_exit(**overrides: Any) -> Config:
+    """The configuration, or exit 2 with one message naming every bad variable."""
+    try:
+        return load_config(**overrides)
+    except ConfigError as exc:
+        fail_config(exc)
+
+
+def fail_config(exc: ConfigError) -> NoReturn:
+    click.echo(f"hyperhive: {exc}", err=True)
+    sys.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hyperhive")
+def main() -> None:
+    """Run one coding agent as a supervised service, turn after turn.
+
+    Configuration comes from the HIVE_* environment (docs/architecture.md lists it).
+    """

@@ -1,0 +1,81 @@
+"""`hyperhive tasks`: list, show and kill background tasks, reading the same store as the servers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import anyio
+import click
+
+from hyperhive.cli import config_or_exit
+from hyperhive.errors import TaskError
+from hyperhive.store import Store
+from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.report import format_view, summary, view_dict
+
+
+def _engine(store: Store) -> TaskEngine:
+    config = config_or_exit()
+    # Not entered: show and kill need no task group; they reach other processes' tasks through the store.
+    return TaskEngine(store, config.tasks_dir, config.workdir)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per task instead of text.")
+@click.option("-n", "--limit", default=50, show_default=True, help="How many of the newest tasks to list.")
+@click.pass_context
+def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
+    """List background tasks, newest first (subcommands: show ID, kill ID)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    config = config_or_exit()
+    with Store(config.db_path) as store:
+        rows = store.list_tasks(limit=limit)
+        if as_json:
+            engine = _engine(store)
+            for row in rows:
+                click.echo(json.dumps(view_dict(engine.view(row))))
+        elif not rows:
+            click.echo("no tasks")
+        else:
+            for row in rows:
+                click.echo(summary(row))
+
+
+@tasks.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+def show(task_id: str, as_json: bool) -> None:
+    """A task's full status with the tails of its output."""
+    config = config_or_exit()
+    with Store(config.db_path) as store:
+        engine = _engine(store)
+        try:
+            view = anyio.run(engine.status, task_id)
+        except TaskError as exc:
+            click.echo(f"hyperhive tasks: {exc}", err=True)
+            sys.exit(1)
+        click.echo(json.dumps(view_dict(view)) if as_json else format_view(view))
+
+
+@tasks.command()
+@click.argument("task_id")
+def kill(task_id: str) -> None:
+    """Kill a task and everything it started."""
+    config = config_or_exit()
+    with Store(config.db_path) as store:
+        engine = _engine(store)
+        try:
+            result = anyio.run(engine.kill, task_id)
+        except TaskError as exc:
+            click.echo(f"hyperhive tasks: {exc}", err=True)
+            sys.exit(1)
+        row = result.view.row
+        if not result.was_running:
+            click.echo(f"already ended: {summary(row)}")
+        elif result.survived:
+            click.echo(f"some processes survived: {summary(row)}", err=True)
+            sys.exit(1)
+        else:
+            click.echo(f"killed: {summary(row)}")

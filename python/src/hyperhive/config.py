@@ -1,0 +1,175 @@
+"""Configuration from the `HIVE_*` environment: the only interface between the Nix module and the harness.
+
+`load_config` reads every variable, collects every problem, and raises one `ConfigError` naming them all,
+so an operator fixes a unit file in one pass instead of one restart per mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from hyperhive.errors import ConfigError
+from hyperhive.mcp_servers import McpServers, McpServersError, load_mcp_servers
+
+Runtime = Literal["claude", "acp"]
+
+DEFAULT_IDLE_TIMEOUT = 300.0
+DEFAULT_CANCEL_GRACE = 10.0
+
+
+@dataclass(frozen=True)
+class Config:
+    runtime: Runtime = "claude"
+    acp_command: str | None = None
+    acp_args: tuple[str, ...] = ()
+    acp_env: Mapping[str, str] = field(default_factory=dict)
+    mcp_servers: McpServers = field(default_factory=McpServers)
+    state_dir: Path = field(default_factory=lambda: Path(".hyperhive").absolute())
+    workdir: Path = field(default_factory=Path.cwd)
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    # How long an agent may leave a `session/cancel` unanswered before it is killed (design.md 3.4: 10 s).
+    cancel_grace: float = DEFAULT_CANCEL_GRACE
+    claude_command: str = "claude"
+    claude_args: tuple[str, ...] = ()
+    socket: Path | None = None
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "hyperhive.db"
+
+    @property
+    def tasks_dir(self) -> Path:
+        return self.state_dir / "harness" / "bash-tasks"
+
+    @property
+    def transcripts_dir(self) -> Path:
+        return self.state_dir / "transcripts"
+
+
+class _Reader:
+    """Reads one variable at a time, remembering every problem instead of stopping at the first."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: dict[str, str] = {}
+
+    def get(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return value if value not in (None, "") else None
+
+    def json_strings(self, name: str) -> tuple[str, ...]:
+        raw = self.get(name)
+        if raw is None:
+            return ()
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            self.problems[name] = f'not JSON ({exc.msg}); expected a JSON array of strings like ["acp"]'
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.problems[name] = f"expected a JSON array of strings, got {raw!r}"
+            return ()
+        return tuple(value)
+
+    def json_env(self, name: str) -> dict[str, str]:
+        raw = self.get(name)
+        if raw is None:
+            return {}
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            self.problems[name] = f'not JSON ({exc.msg}); expected a JSON object of strings like {{"K": "v"}}'
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            self.problems[name] = f"expected a JSON object mapping strings to strings, got {raw!r}"
+            return {}
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems[name] = f"expected a number of seconds, got {raw!r}"
+            return default
+        if not math.isfinite(value) or value <= 0:
+            self.problems[name] = f"must be a positive number of seconds, got {raw!r}"
+            return default
+        return value
+
+
+def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Config:
+    """Build the typed configuration from `env` (default: the process environment).
+
+    `overrides` replace single fields after reading (command-line options); they are validated by the
+    same rules as their variables.
+    """
+    r = _Reader(os.environ if env is None else env)
+
+    runtime_raw = r.get("HIVE_RUNTIME") or "claude"
+    runtime: Runtime = "claude"
+    if runtime_raw in ("claude", "acp"):
+        runtime = runtime_raw  # type: ignore[assignment]
+    else:
+        r.problems["HIVE_RUNTIME"] = f"must be 'claude' or 'acp', got {runtime_raw!r}"
+
+    acp_command = r.get("HIVE_ACP_COMMAND")
+    acp_args = r.json_strings("HIVE_ACP_ARGS")
+    acp_env = r.json_env("HIVE_ACP_ENV")
+
+    mcp_servers = McpServers()
+    mcp_path = r.get("HIVE_MCP_SERVERS")
+    if mcp_path is not None:
+        try:
+            mcp_servers = load_mcp_servers(Path(mcp_path))
+        except McpServersError as exc:
+            r.problems["HIVE_MCP_SERVERS"] = exc.message
+
+    state_raw = r.get("HIVE_STATE_DIR") or r.get("STATE_DIRECTORY") or ".hyperhive"
+    # systemd may pass several StateDirectory= entries separated by ':'; the first is ours.
+    state_dir = Path(state_raw.split(":")[0]).absolute()
+    if state_dir.exists() and not state_dir.is_dir():
+        r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
+
+    workdir_raw = r.get("HIVE_WORKDIR")
+    workdir = Path(workdir_raw).absolute() if workdir_raw else Path.cwd()
+    if not workdir.is_dir():
+        r.problems["HIVE_WORKDIR"] = f"{workdir} is not an existing directory"
+
+    idle_timeout = r.seconds("HIVE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT)
+    cancel_grace = r.seconds("HIVE_CANCEL_GRACE", DEFAULT_CANCEL_GRACE)
+    claude_command = r.get("HIVE_CLAUDE_COMMAND") or "claude"
+    claude_args = r.json_strings("HIVE_CLAUDE_ARGS")
+    socket_raw = r.get("HIVE_SOCKET")
+
+    values: dict[str, object] = {
+        "runtime": runtime,
+        "acp_command": acp_command,
+        "acp_args": acp_args,
+        "acp_env": acp_env,
+        "mcp_servers": mcp_servers,
+        "state_dir": state_dir,
+        "workdir": workdir,
+        "idle_timeout": idle_timeout,
+        "cancel_grace": cancel_grace,
+        "claude_command": claude_command,
+        "claude_args": claude_args,
+        "socket": Path(socket_raw) if socket_raw else None,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if values["runtime"] not in ("claude", "acp"):
+        r.problems["--runtime"] = f"must be 'claude' or 'acp', got {values['runtime']!r}"
+    if values["runtime"] == "acp" and not values["acp_command"]:
+        r.problems["HIVE_ACP_COMMAND"] = "required when HIVE_RUNTIME is 'acp': the ACP agent's executable"
+
+    if r.problems:
+        raise ConfigError(r.problems)
+    return Config(**values)  # type: ignore[arg-type]
