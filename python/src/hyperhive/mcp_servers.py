@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from hyperhive.errors import HyperhiveError
 
@@ -36,7 +36,15 @@ class HttpServer(_Server):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
-McpServer = Annotated[StdioServer | HttpServer, Field(discriminator="type")]
+def _server_kind(value: Any) -> str:
+    # Stdio entries usually carry no "type" (as in claude's and the Nix module's files).
+    kind = value.get("type", "stdio") if isinstance(value, dict) else getattr(value, "type", "stdio")
+    return str(kind)
+
+
+McpServer = Annotated[
+    Annotated[StdioServer, Tag("stdio")] | Annotated[HttpServer, Tag("http")], Discriminator(_server_kind)
+]
 
 
 class McpServers(BaseModel):

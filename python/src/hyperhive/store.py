@@ -131,12 +131,27 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
             self._db.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._enable_wal(busy_timeout_ms / 1000)
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}", path=str(path)) from exc
+
+    def _enable_wal(self, timeout: float) -> None:
+        """Switch to WAL once (it persists in the file). Switching needs an exclusive lock and SQLite does
+        not apply the busy timeout to it, so processes creating the database together retry here."""
+        if self._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def close(self) -> None:
         self._db.close()

@@ -1,0 +1,120 @@
+"""Configuration from HIVE_*: typed values, and one message naming every bad variable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyperhive.config import load_config
+from hyperhive.errors import ConfigError
+from hyperhive.mcp_servers import HttpServer, StdioServer
+
+
+def test_defaults_need_no_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config({})
+    assert config.runtime == "claude"
+    assert config.state_dir == tmp_path / ".hyperhive"
+    assert config.workdir == tmp_path
+    assert config.db_path == tmp_path / ".hyperhive" / "hyperhive.db"
+    assert config.tasks_dir == tmp_path / ".hyperhive" / "harness" / "bash-tasks"
+
+
+def test_state_directory_falls_back_to_systemd_state_directory(tmp_path: Path) -> None:
+    config = load_config({"STATE_DIRECTORY": f"{tmp_path}/a:{tmp_path}/b", "HIVE_WORKDIR": str(tmp_path)})
+    assert config.state_dir == tmp_path / "a"
+
+
+def test_full_acp_configuration_is_typed(tmp_path: Path) -> None:
+    servers = tmp_path / "mcp.json"
+    servers.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "files": {"command": "/bin/files", "args": ["--ro"], "env": {"K": "v"}, "allowedTools": ["read"]},
+                    "web": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"A": "b"}},
+                }
+            }
+        )
+    )
+    config = load_config(
+        {
+            "HIVE_RUNTIME": "acp",
+            "HIVE_ACP_COMMAND": "opencode",
+            "HIVE_ACP_ARGS": '["acp"]',
+            "HIVE_ACP_ENV": '{"OPENCODE_DISABLE_AUTOUPDATE": "1"}',
+            "HIVE_MCP_SERVERS": str(servers),
+            "HIVE_WORKDIR": str(tmp_path),
+            "HIVE_IDLE_TIMEOUT": "90",
+        }
+    )
+    assert config.acp_args == ("acp",)
+    assert config.acp_env == {"OPENCODE_DISABLE_AUTOUPDATE": "1"}
+    assert config.idle_timeout == 90
+    files, web = config.mcp_servers.servers["files"], config.mcp_servers.servers["web"]
+    assert isinstance(files, StdioServer) and files.allowed_tools == ["read"]
+    assert isinstance(web, HttpServer) and web.allowed_tools == ["*"]
+    with_bash = config.mcp_servers.with_bash()
+    assert list(with_bash.servers) == ["bash", "files", "web"]
+    assert with_bash.allowed_tool_names() == ["mcp__bash", "mcp__files__read", "mcp__web"]
+
+
+def test_every_bad_variable_is_named_at_once(tmp_path: Path) -> None:
+    bad_servers = tmp_path / "mcp.json"
+    bad_servers.write_text('{"mcpServers": {"x": {"type": "http"}}}')
+    env = {
+        "HIVE_RUNTIME": "gpt",
+        "HIVE_ACP_ARGS": "acp",
+        "HIVE_ACP_ENV": '["not", "an", "object"]',
+        "HIVE_MCP_SERVERS": str(bad_servers),
+        "HIVE_WORKDIR": str(tmp_path / "missing"),
+        "HIVE_IDLE_TIMEOUT": "-5",
+        "HIVE_CLAUDE_ARGS": "[1, 2]",
+    }
+    with pytest.raises(ConfigError) as err:
+        load_config(env)
+    problems = err.value.problems
+    assert set(problems) == {
+        "HIVE_RUNTIME",
+        "HIVE_ACP_ARGS",
+        "HIVE_ACP_ENV",
+        "HIVE_MCP_SERVERS",
+        "HIVE_WORKDIR",
+        "HIVE_IDLE_TIMEOUT",
+        "HIVE_CLAUDE_ARGS",
+    }
+    assert "mcpServers.x.http.url" in problems["HIVE_MCP_SERVERS"]
+    assert "must be a positive number" in problems["HIVE_IDLE_TIMEOUT"]
+    assert str(tmp_path / "missing") in problems["HIVE_WORKDIR"]
+
+
+def test_acp_runtime_requires_its_command(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config({"HIVE_RUNTIME": "acp", "HIVE_WORKDIR": str(tmp_path)})
+    assert list(err.value.problems) == ["HIVE_ACP_COMMAND"]
+
+
+def test_unreadable_or_invalid_mcp_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{nope")
+    for path, why in ((tmp_path / "absent.json", "cannot read"), (tmp_path / "bad.json", "is not JSON")):
+        with pytest.raises(ConfigError) as err:
+            load_config({"HIVE_MCP_SERVERS": str(path), "HIVE_WORKDIR": str(tmp_path)})
+        assert why in err.value.problems["HIVE_MCP_SERVERS"]
+
+
+def test_bad_configuration_exits_2_naming_every_variable(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperhive", "tasks"],
+        env={"HIVE_IDLE_TIMEOUT": "soon", "HIVE_ACP_ARGS": "{", "HIVE_WORKDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "HIVE_IDLE_TIMEOUT" in proc.stderr and "HIVE_ACP_ARGS" in proc.stderr
+    assert "2 problem(s)" in proc.stderr

@@ -1,0 +1,115 @@
+"""The durable store: schema versions, migrations, and wakes that survive across processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hyperhive.errors import StoreError
+from hyperhive.store import MIGRATIONS, SCHEMA_VERSION, Store
+
+
+def test_new_database_is_at_the_latest_schema_in_wal_mode(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as store:
+        assert store.schema_version == SCHEMA_VERSION
+    mode = sqlite3.connect(tmp_path / "db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_migration_from_version_1_keeps_existing_rows(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "db", isolation_level=None)
+    db.executescript(MIGRATIONS[0])
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO wakes (source, body, created_at, not_before) VALUES ('operator', 'hello', 1, 1)")
+    db.close()
+    with Store(tmp_path / "db") as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert [w.body for w in store.pending_wakes()] == ["hello"]
+        store.record_session("claude", "s1")
+        assert store.current_session("claude") == "s1"
+
+
+def test_database_from_a_newer_hyperhive_is_refused_untouched(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as store:
+        store.add_wake("operator", "keep me")
+    db = sqlite3.connect(tmp_path / "db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="newer than this hyperhive knows") as err:
+        Store(tmp_path / "db")
+    assert err.value.data["version"] == SCHEMA_VERSION + 5
+    rows = sqlite3.connect(tmp_path / "db").execute("SELECT body FROM wakes").fetchall()
+    assert rows == [("keep me",)]
+
+
+def test_unopenable_database_names_the_path(tmp_path: Path) -> None:
+    (tmp_path / "db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match=str(tmp_path / "db")):
+        Store(tmp_path / "db")
+
+
+def test_wakes_written_by_concurrent_processes_are_all_kept(tmp_path: Path) -> None:
+    writer = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from hyperhive.store import Store
+        with Store(Path(sys.argv[1])) as store:
+            for i in range(200):
+                store.add_wake(f"writer-{sys.argv[2]}", str(i))
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path / "db"), str(n)]) for n in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    with Store(tmp_path / "db") as store:
+        wakes = store.pending_wakes()
+    assert len(wakes) == 800
+    for n in range(4):
+        assert [w.body for w in wakes if w.source == f"writer-{n}"] == [str(i) for i in range(200)]
+
+
+def test_a_wake_survives_its_writer_being_killed(tmp_path: Path) -> None:
+    writer = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pathlib import Path
+        from hyperhive.store import Store
+        store = Store(Path(sys.argv[1]))
+        store.add_wake("bash-task-1", "finished")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", writer, str(tmp_path / "db")], timeout=60, check=False)
+    assert proc.returncode == -9
+    with Store(tmp_path / "db") as store:
+        assert [(w.source, w.body) for w in store.pending_wakes()] == [("bash-task-1", "finished")]
+
+
+def test_delivered_wakes_are_no_longer_pending_and_timers_wait_their_time(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as store:
+        now = store.add_wake("operator", "now")
+        store.add_wake("timer", "later", not_before=now.created_at + 3600)
+        assert [w.body for w in store.pending_wakes()] == ["now"]
+        store.mark_delivered([now.id])
+        assert store.pending_wakes() == []
+        assert [w.body for w in store.pending_wakes(now=now.created_at + 7200)] == ["later"]
+
+
+def test_sessions_record_resume_and_archive(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as store:
+        assert store.current_session("claude") is None
+        store.record_session("claude", "a")
+        store.record_session("claude", "a")
+        store.record_session("acp:opencode", "x")
+        assert store.current_session("claude") == "a"
+        store.record_session("claude", "b")
+        assert store.current_session("claude") == "b"
+        assert store.archive_session("claude") == "b"
+        assert store.current_session("claude") is None
+        assert store.current_session("acp:opencode") == "x"
