@@ -54,15 +54,14 @@ def build_tools(service: TaskService) -> list[Tool]:
             result = await service.run(args["cmd"], args.get("timeout_secs"), args.get("wait_seconds", DEFAULT_WAIT))
         except TaskError as exc:
             raise ToolFailure(exc.message) from exc
-        data = view_dict(result.view)
-        if result.finished_inline or result.view.row.final:
-            return ToolResult(format_view(result.view), data)
         row = result.view.row
-        return ToolResult(
+        if result.finished_inline or row.final:
+            return _result(format_view(result.view), summary(row), view_dict(result.view))
+        text = (
             f"task started: id={row.id}\nIt is still running; you will be woken when it ends "
-            f"(status(id={row.id}) polls, kill(id={row.id}) stops it).",
-            data,
+            f"(status(id={row.id}) polls, kill(id={row.id}) stops it)."
         )
+        return _result(text, text, view_dict(result.view))
 
     async def status(args: dict[str, Any]) -> ToolResult:
         _only(args, "id", "wait_seconds")
@@ -72,7 +71,7 @@ def build_tools(service: TaskService) -> list[Tool]:
             view = await service.status(args["id"], args.get("wait_seconds", 0))
         except TaskError as exc:
             raise ToolFailure(exc.message) from exc
-        return ToolResult(format_view(view), view_dict(view))
+        return _result(format_view(view), summary(view.row), view_dict(view))
 
     async def kill(args: dict[str, Any]) -> ToolResult:
         _only(args, "id")
@@ -90,13 +89,13 @@ def build_tools(service: TaskService) -> list[Tool]:
         else:
             text = f"task {row.id} killed, with every process it started: {summary(row)}"
         data = {**view_dict(result.view), "survived": result.survived, "was_running": result.was_running}
-        return ToolResult(text, data, is_error=result.survived)
+        return _result(text, text, data, is_error=result.survived)
 
     async def list_(args: dict[str, Any]) -> ToolResult:
         _only(args)
         rows = service.list()
         text = "\n".join(summary(r) for r in rows) if rows else "no tasks yet"
-        return ToolResult(text, {"tasks": [{"id": r.id, "status": r.status, "cmd": r.cmd} for r in rows]})
+        return _result(text, text, {"tasks": [{"id": r.id, "status": r.status, "cmd": r.cmd} for r in rows]})
 
     return [
         Tool(
@@ -146,6 +145,15 @@ def build_tools(service: TaskService) -> list[Tool]:
             list_,
         ),
     ]
+
+
+def _result(text: str, message: str, data: dict[str, Any], *, is_error: bool = False) -> ToolResult:
+    """Text for clients that show text; structured content led by `message` for those that show JSON.
+
+    claude (2.1.x) gives the model `structuredContent` instead of the text when both are present, so the
+    structured form must read well on its own: `message` is the one line a model should see first.
+    """
+    return ToolResult(text, {"message": message, **data}, is_error=is_error)
 
 
 def _only(args: dict[str, Any], *allowed: str) -> None:

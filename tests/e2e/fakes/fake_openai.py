@@ -1,0 +1,207 @@
+"""Fake OpenAI chat-completions API on loopback, steered by directives in the prompt (stdlib only).
+
+Run: ``python3 fake_openai.py --port 0 --port-file F --log oai.jsonl``; in-process: ``start()``.
+Directives are described in ``fakebase``; the default answer is ``hi from fake openai``. Tool names are
+matched exactly against ``tools[].function.name`` (opencode names MCP tools ``<server>_<tool>``).
+opencode's title-generation requests (``tools: []``) embed the user's prompt; since they carry no tools
+they never get a tool call, an error or a slow stream, just a short title.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+if __package__:
+    from . import fakebase as fb
+else:  # run as a script: the sibling module is importable from the script's directory
+    import fakebase as fb  # type: ignore[import-not-found,no-redef]
+
+
+DEFAULT_TEXT = "hi from fake openai"
+TITLE_TEXT = "Fake session title"
+MODELS = ("fake-model",)
+
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_denied",
+    404: "not_found",
+    429: "rate_limit_exceeded",
+}
+
+
+def latest_message(messages: Any) -> fb.Latest:
+    """Latest non-system message; trailing ``role:"tool"`` messages are tool results (parallel calls)."""
+    if not isinstance(messages, list):
+        return fb.Latest()
+    results: list[str] = []
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") == "system":
+            continue
+        role = message.get("role")
+        if role == "tool":
+            results.insert(0, fb.content_text(message.get("content")))
+            continue
+        if results:
+            break
+        if role == "user":
+            return fb.Latest(text=fb.content_text(message.get("content")))
+    return fb.Latest(tool_results=results) if results else fb.Latest()
+
+
+def tool_names(body: dict[str, Any]) -> set[str]:
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return set()
+    names: set[str] = set()
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.add(function["name"])
+    return names
+
+
+def is_title_request(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return False
+    return any(
+        isinstance(m, dict) and m.get("role") == "system" and "title generator" in fb.content_text(m.get("content"))
+        for m in messages
+    )
+
+
+class OpenAIHandler(fb.FakeHandler):
+    def do_GET(self) -> None:
+        self.log_request_entry(None, "")
+        if self.path.split("?")[0] == "/v1/models":
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS]
+            self.send_json(200, {"object": "list", "data": data})
+        else:
+            self.send_error_json(404, f"no route GET {self.path}")
+
+    def do_POST(self) -> None:
+        body, raw = self.read_json()
+        path = self.path.split("?")[0]
+        if path != "/v1/chat/completions" or not isinstance(body, dict):
+            self.log_request_entry(body, raw)
+            self.send_error_json(404 if path != "/v1/chat/completions" else 400, f"cannot handle POST {self.path}")
+            return
+        names = tool_names(body)
+        if is_title_request(body) and not names:
+            reply = fb.Reply("text", text=TITLE_TEXT)
+        else:
+            reply = fb.decide(latest_message(body.get("messages")), names, DEFAULT_TEXT)
+        self.log_request_entry(body, raw, reply.describe())
+        model = str(body.get("model") or MODELS[0])
+        if reply.kind == "status":
+            headers = {"retry-after": "1"} if reply.retry_after else {}
+            self.send_error_json(reply.status, f"fake status {reply.status}", headers)
+        elif body.get("stream"):
+            options = body.get("stream_options")
+            self.stream(reply, model, isinstance(options, dict) and bool(options.get("include_usage")))
+        else:
+            self.respond_whole(reply, model)
+
+    def send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        kind = _OPENAI_ERROR_TYPES.get(status, "server_error")
+        self.send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": kind}}, headers)
+
+    def respond_whole(self, reply: fb.Reply, model: str) -> None:
+        """Non-streaming answer; a slow reply sleeps first and returns all ticks at once."""
+        if reply.kind == "slow":
+            ticks = []
+            for i in range(1, reply.seconds + 1):
+                ticks.append(f"tick {i}\n")
+                if not self.sleep_tick(1.0):
+                    break
+            reply = fb.Reply("text", text="".join(ticks))
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        finish = "stop"
+        if reply.kind == "tool":
+            message = {"role": "assistant", "content": None, "tool_calls": [self.tool_call(reply)]}
+            finish = "tool_calls"
+        payload = {
+            "id": fb.new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+        self.send_json(200, payload)
+
+    @staticmethod
+    def tool_call(reply: fb.Reply) -> dict[str, Any]:
+        return {
+            "id": fb.new_id("call_"),
+            "type": "function",
+            "function": {"name": reply.tool_name, "arguments": json.dumps(dict(reply.tool_input))},
+        }
+
+    def stream(self, reply: fb.Reply, model: str, include_usage: bool) -> None:
+        chunk_id, created = fb.new_id("chatcmpl-"), int(time.time())
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> None:
+            data = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": choices,
+                **extra,
+            }
+            self.write_raw(f"data: {json.dumps(data)}\n\n".encode())
+
+        def delta(d: dict[str, Any], finish: str | None = None) -> None:
+            chunk([{"index": 0, "delta": d, "finish_reason": finish}])
+
+        self.start_sse()
+        finish = "stop"
+        if reply.kind == "tool":
+            call = self.tool_call(reply)
+            args = call["function"]["arguments"]
+            half = len(args) // 2
+            first = {**call, "function": {"name": reply.tool_name, "arguments": args[:half]}}
+            delta({"role": "assistant", "content": None, "tool_calls": [{"index": 0, **first}]})
+            # The rest of the arguments in a second chunk: clients must concatenate.
+            delta({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]})
+            finish = "tool_calls"
+        elif reply.kind == "slow":
+            delta({"role": "assistant", "content": ""})
+            for i in range(1, reply.seconds + 1):
+                delta({"content": f"tick {i}\n"})
+                if not self.sleep_tick(1.0):
+                    return
+        else:
+            for n, piece in enumerate(fb.chunk_text(reply.text)):
+                delta({"role": "assistant", "content": piece} if n == 0 else {"content": piece})
+        delta({}, finish)
+        if include_usage:
+            chunk([], usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+        self.write_raw(b"data: [DONE]\n\n")
+
+
+class FakeOpenAI(fb.FakeServer):
+    """Fake OpenAI chat-completions API (POST /v1/chat/completions, SSE) for end-to-end tests."""
+
+    name = "fake_openai"
+    handler_class = OpenAIHandler
+
+    @property
+    def v1_url(self) -> str:
+        """Base URL for OpenAI-compatible clients (``baseURL`` in opencode's provider options)."""
+        return f"{self.url}/v1"
+
+
+def start(port: int = 0, log_path: str | os.PathLike[str] | None = None) -> tuple[FakeOpenAI, int]:
+    """Start in-process on 127.0.0.1 on a daemon thread; stop with ``server.stop()``."""
+    return fb.start_server(FakeOpenAI, port, log_path)
+
+
+if __name__ == "__main__":
+    sys.exit(fb.serve_main(FakeOpenAI))
