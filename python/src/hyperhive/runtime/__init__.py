@@ -1,0 +1,27 @@
+"""The runtimes turns are driven through (design.md 3.4): `make_runtime` picks the configured backend.
+
+Backends are imported only when chosen: the claude backend never loads the ACP SDK, and the reverse.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hyperhive.runtime.base import Canceller, ListSink, Runtime, Sink, TeeSink
+
+if TYPE_CHECKING:
+    from hyperhive.config import Config
+    from hyperhive.store import Store
+
+__all__ = ["Canceller", "ListSink", "Runtime", "Sink", "TeeSink", "make_runtime"]
+
+
+def make_runtime(config: Config, store: Store) -> Runtime:
+    """The backend `config.runtime` names, sharing `store` for its session records."""
+    if config.runtime == "acp":
+        from hyperhive.runtime.acp import AcpRuntime
+
+        return AcpRuntime(config, store)
+    from hyperhive.runtime.claude import ClaudeRuntime
+
+    return ClaudeRuntime(config, store)

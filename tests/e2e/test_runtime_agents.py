@@ -1,0 +1,232 @@
+"""The runtime layer against real agents: claude (stream-json), opencode acp and claude-agent-acp.
+
+Each agent gets the same five turns, through `make_runtime` as the harness will drive it: a text turn, a
+turn calling our bash server, a cancel mid-turn, a restart that resumes the session, and a provider that
+answers 429 until the idle watchdog ends the turn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hyperhive.config import Config
+from hyperhive.mcp_servers import load_mcp_servers
+from hyperhive.runtime import make_runtime
+from hyperhive.runtime.base import ListSink, Runtime
+from hyperhive.runtime.errors import IdleTimeout
+from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
+from hyperhive.store import Store
+from tests.e2e import agents
+from tests.e2e.fakes import fake_anthropic, fake_openai
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+AGENTS = ["claude", "opencode", "claude-agent-acp"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Agent:
+    name: str
+    config: Config
+    provider: Any  # the fake provider's handle: .requests(), .url
+    # How the fake provider is told to call our bash tool: the name the agent gives it in `tools`.
+    bash_tool_directive: str
+
+    def runtime(self, store: Store, **overrides: Any) -> Runtime:
+        config = self.config if not overrides else Config(**{**self.config.__dict__, **overrides})
+        return make_runtime(config, store)
+
+    def provider_saw(self, text: str) -> bool:
+        path = "/v1/messages" if self.name != "opencode" else "/v1/chat/completions"
+        return any(text in json.dumps(body) for body in self.provider.requests(path))
+
+
+@pytest.fixture(params=AGENTS)
+def agent(
+    request: pytest.FixtureRequest, tmp_path: Path, workdir: Path, peers_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Agent]:
+    name: str = request.param
+    state = tmp_path / "state"
+    bash = {
+        "command": sys.executable,
+        "args": ["-m", "hyperhive", "bash-mcp"],
+        "env": {"HIVE_STATE_DIR": str(state), "HIVE_WORKDIR": str(workdir)},
+    }
+    mcp_file = agents.write_json(tmp_path / "mcp.json", {"mcpServers": {"bash": bash}})
+    base = {
+        "state_dir": state,
+        "workdir": workdir,
+        "mcp_servers": load_mcp_servers(mcp_file),
+        "idle_timeout": 60.0,
+        "cancel_grace": 5.0,
+    }
+    if name == "opencode":
+        server, _ = fake_openai.start(port=0, log_path=tmp_path / "provider.jsonl")
+        env = agents.opencode_env(tmp_path, server)
+        config = Config(runtime="acp", acp_command=str(peers_bin / "opencode"), acp_args=("acp",), acp_env=env, **base)
+        directive = "bash_run"
+    else:
+        server, _ = fake_anthropic.start(port=0, log_path=tmp_path / "provider.jsonl")
+        env = (
+            agents.claude_acp_env(tmp_path, server)
+            if name == "claude-agent-acp"
+            else agents.claude_env(tmp_path, server)
+        )
+        if name == "claude":
+            # The claude backend runs the CLI with the harness's own environment.
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            config = Config(runtime="claude", claude_command=str(peers_bin / "claude"), **base)
+        else:
+            config = Config(runtime="acp", acp_command=str(peers_bin / "claude-agent-acp"), acp_env=env, **base)
+        directive = "mcp__bash__run"
+    try:
+        yield Agent(name, config, server, directive)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def store(agent: Agent) -> Iterator[Store]:
+    with Store(agent.config.db_path) as s:
+        yield s
+
+
+def cancel(runtime: Runtime) -> None:
+    canceller = runtime.canceller()
+    if canceller is not None:
+        canceller.cancel()
+    else:
+        runtime.interrupt()  # type: ignore[attr-defined]  # claude: the harness signals the process
+
+
+async def turn(runtime: Runtime, prompt: str) -> tuple[ResultLine, ListSink]:
+    sink = ListSink()
+    with anyio.fail_after(120):
+        result = await runtime.run(prompt, sink)
+    return result, sink
+
+
+async def test_text_turn(agent: Agent, store: Store) -> None:
+    runtime = agent.runtime(store)
+    try:
+        result, sink = await turn(runtime, "answer with [[say:plain words back]]")
+    finally:
+        await runtime.aclose()
+    assert isinstance(sink.lines[0], SystemLine) and sink.lines[0].subtype == "init"
+    assert sink.lines[-1] is result or sink.lines[-1] == result
+    assert not result.is_error
+    assert result.stop_reason == "end_turn"
+    assert result.session_id
+    texts = [
+        b.text
+        for line in sink.lines
+        if isinstance(line, AssistantLine)
+        for b in line.message.content
+        if getattr(b, "type", "") == "text"
+    ]
+    assert "plain words back" in "".join(texts)
+
+
+async def test_turn_calling_the_bash_server(agent: Agent, store: Store) -> None:
+    runtime = agent.runtime(store)
+    call = {"cmd": "echo from-the-task", "wait_seconds": 10}
+    try:
+        result, sink = await turn(runtime, f"run it [[tool:{agent.bash_tool_directive} {json.dumps(call)}]]")
+    finally:
+        await runtime.aclose()
+    assert not result.is_error
+    uses = [
+        b
+        for line in sink.lines
+        if isinstance(line, AssistantLine)
+        for b in line.message.content
+        if isinstance(b, ToolUseBlock)
+    ]
+    results = [
+        b
+        for line in sink.lines
+        if isinstance(line, UserLine) and isinstance(line.message.content, list)
+        for b in line.message.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert [u.name for u in uses] == ["mcp__bash__run"]
+    assert uses[0].input == call
+    assert [r.tool_use_id for r in results] == [uses[0].id]
+    assert "from-the-task" in json.dumps(results[0].content)
+    assert not results[0].is_error
+    assert agent.provider_saw("from-the-task")
+
+
+async def test_cancel_mid_turn(agent: Agent, store: Store) -> None:
+    runtime = agent.runtime(store)
+    outcome: dict[str, ResultLine] = {}
+
+    async def run_slow() -> None:
+        outcome["result"], _ = await turn(runtime, "take your time [[slow:60]]")
+
+    started = time.monotonic()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_slow)
+            await anyio.sleep(4)
+            cancel(runtime)
+    finally:
+        await runtime.aclose()
+    assert outcome["result"].stop_reason == "cancelled"
+    assert time.monotonic() - started < 30
+
+
+async def test_restart_resumes_the_session(agent: Agent, store: Store) -> None:
+    first = agent.runtime(store)
+    try:
+        one, _ = await turn(first, "remember [[say:the-word-is-kumquat]]")
+    finally:
+        await first.aclose()
+    with Store(agent.config.db_path) as fresh_store:  # as a restarted harness would
+        second = agent.runtime(fresh_store)
+        try:
+            two, _ = await turn(second, "what was the word? [[say:you said it]]")
+        finally:
+            await second.aclose()
+    assert two.session_id == one.session_id
+    # The provider got the earlier exchange along with the new prompt.
+    path = "/v1/messages" if agent.name != "opencode" else "/v1/chat/completions"
+    last = [b for b in agent.provider.requests(path) if "what was the word" in json.dumps(b)][-1]
+    assert "the-word-is-kumquat" in json.dumps(last)
+
+
+async def test_provider_answering_429_ends_in_idle_timeout(
+    agent: Agent, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overrides: dict[str, Any] = {"idle_timeout": 3.0, "cancel_grace": 3.0}
+    if agent.name == "claude":
+        monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "10")  # retry as in production, not fail fast
+    elif agent.name == "claude-agent-acp":
+        overrides["acp_env"] = {**agent.config.acp_env, "CLAUDE_CODE_MAX_RETRIES": "10"}
+    runtime = agent.runtime(store, **overrides)
+    sink = ListSink()
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(120), pytest.raises(IdleTimeout) as err:
+            await runtime.run("hello [[status:429]]", sink)
+    finally:
+        await runtime.aclose()
+    assert "429" in str(err.value)
+    assert time.monotonic() - started < 90
+    final = sink.lines[-1]
+    assert isinstance(final, ResultLine) and final.is_error
