@@ -14,6 +14,7 @@ test does not write, such as `/compact`). Lines are shaped like the CLI 2.1.197 
 - ``[[session:ID]]`` announce session ID (default: the resumed one, else a fresh uuid)
 - ``[[silent:N]]``   after init, print nothing for N s (default an hour): the idle watchdog's case
 - ``[[slow:N]]``     N assistant lines "tick i", 0.1 s apart; SIGINT ends the turn like claude's interrupt
+- ``[[partial:N]]``  one text block streamed as N `stream_event` deltas 0.1 s apart, then the whole block
 - ``[[ignore_sigint]]`` / ``[[ignore_term]]``  ignore SIGINT / SIGTERM
 - ``[[crash:N]]``    after init, a line on stderr and exit N, no result
 - ``[[no_result]]``  init and text, then exit 0 without a result
@@ -205,6 +206,13 @@ def play(fake: Fake, prompt: str, d: dict[str, str | None]) -> int:
         for i in range(int(d["slow"] or 50)):
             fake.assistant({"type": "text", "text": f"tick {i}"})
             time.sleep(0.1)
+    if "partial" in d:
+        count = int(d["partial"] or 10)
+        for i in range(count):
+            delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"p{i} "}}
+            emit({"type": "stream_event", "event": delta, "session_id": fake.session})
+            time.sleep(0.1)
+        fake.assistant({"type": "text", "text": "".join(f"p{i} " for i in range(count))})
     if "silent" in d:
         time.sleep(float(d["silent"] or 3600))
     if "crash" in d:

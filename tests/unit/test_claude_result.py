@@ -9,7 +9,7 @@ import pytest
 from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.stream import ContextUsage, ResultLine, line_from_dict, parse_line
 
-CAPTURES = Path("/work/shared/reference/captures")
+CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures"
 
 
 def assistant(tokens: dict[str, int], *, parent: str | None = None) -> dict[str, object]:
@@ -68,7 +68,6 @@ def test_mark_cancelled_turns_claudes_interrupt_error_into_a_completed_cancelled
     assert (line.subtype, line.is_error, line.stop_reason) == ("success", False, "cancelled")
 
 
-@pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"no captures in {CAPTURES}")
 def test_context_usage_of_the_real_mcp_tool_capture() -> None:
     state = TurnState()
     last = None

@@ -38,7 +38,7 @@ from tests.unit import fake_claude
 
 pytestmark = pytest.mark.anyio
 
-CAPTURES = Path("/work/shared/reference/captures")
+CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures"
 
 
 @pytest.fixture
@@ -142,6 +142,7 @@ async def test_command_line_has_mcp_config_tool_rules_extra_args_and_prompt_afte
         "--output-format",
         "stream-json",
         "--verbose",
+        "--include-partial-messages",
         "--mcp-config",
         mcp_path,
         "--strict-mcp-config",
@@ -367,6 +368,16 @@ async def test_idle_watchdog_ignores_a_slow_but_active_stream(env: Env) -> None:
     assert result.is_error is False
 
 
+async def test_partial_message_lines_keep_the_watchdog_quiet_and_stay_out_of_the_stream(env: Env) -> None:
+    # One block streamed for a second as deltas: silent for the 0.5 s timeout but for the partial lines.
+    sink = ListSink()
+    result = await env.runtime(idle_timeout=0.5).run("[[partial:10]]", sink)
+    assert result.is_error is False
+    types = [line.type for line in sink.lines]
+    assert "stream_event" not in types
+    assert types[0] == "system" and types[-1] == "result" and "assistant" in types
+
+
 async def test_idle_watchdog_kills_claude_that_ignores_sigterm(env: Env) -> None:
     with pytest.raises(IdleTimeout):
         await env.runtime(idle_timeout=0.3).run("[[silent]] [[ignore_term]]", ListSink())
@@ -487,14 +498,14 @@ def _captures() -> list[Path]:
     return sorted(CAPTURES.glob("claude-stream-*.jsonl")) if CAPTURES.is_dir() else []
 
 
-@pytest.mark.skipif(not _captures(), reason=f"no captures in {CAPTURES}")
 @pytest.mark.parametrize("capture", _captures(), ids=lambda p: p.stem)
 async def test_real_claude_captures_pass_through_without_losing_a_field(env: Env, capture: Path) -> None:
     sink = ListSink()
     # The interrupt and 429 captures end in failure; their lines must still pass through.
     with contextlib.suppress(TurnFailed, AgentExited):
         await env.runtime().run(f"[[replay:{capture}]]", sink)
-    originals = read_jsonl(capture)
+    # Partial-message lines only feed the idle watchdog; every other line passes through whole.
+    originals = [o for o in read_jsonl(capture) if o["type"] != "stream_event"]
     passed = [json.loads(dump_line(line)) for line in sink.lines]
     if not any(o["type"] == "result" for o in originals):
         passed = passed[:-1]  # our own failed result line, added because the capture has none

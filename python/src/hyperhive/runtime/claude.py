@@ -108,6 +108,9 @@ class ClaudeRuntime:
 
     def argv(self, prompt: str, resume: str | None, mcp_config: Path) -> list[str]:
         args = [self.config.claude_command, "--print", "--output-format", "stream-json", "--verbose"]
+        # Without partial messages claude prints nothing until a whole block is done, so a long answer
+        # would look idle to the watchdog. The partial lines only count as activity; see `_pump`.
+        args.append("--include-partial-messages")
         if resume:
             args.append(f"--resume={resume}")  # `=`: an id starting with '-' must not read as a flag
         args += ["--mcp-config", str(mcp_config), "--strict-mcp-config"]
@@ -196,8 +199,8 @@ class ClaudeRuntime:
             if raw is None:
                 break
             line = self._parse(raw, turn.state)
-            if line is None:
-                continue
+            if line is None or line.type == "stream_event":
+                continue  # partial deltas: activity for the watchdog; the whole blocks follow as lines
             turn.state.observe(line)
             if held is not None:  # more after a result: pass it on, in order
                 await turn.sink.emit(held)
