@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.stream import ContextUsage, ResultLine, line_from_dict, parse_line
 
