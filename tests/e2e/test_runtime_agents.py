@@ -21,7 +21,7 @@ import pytest
 from hyperhive.config import Config
 from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
-from hyperhive.runtime.base import ListSink, Runtime
+from hyperhive.runtime.base import Interruptible, ListSink, Runtime
 from hyperhive.runtime.errors import IdleTimeout
 from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
 from hyperhive.store import Store
@@ -111,7 +111,8 @@ def cancel(runtime: Runtime) -> None:
     if canceller is not None:
         canceller.cancel()
     else:
-        runtime.interrupt()  # type: ignore[attr-defined]  # claude: the harness signals the process
+        assert isinstance(runtime, Interruptible)  # claude: the harness signals the process
+        runtime.interrupt()
 
 
 async def turn(runtime: Runtime, prompt: str) -> tuple[ResultLine, ListSink]:

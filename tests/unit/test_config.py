@@ -118,3 +118,11 @@ def test_bad_configuration_exits_2_naming_every_variable(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert "HIVE_IDLE_TIMEOUT" in proc.stderr and "HIVE_ACP_ARGS" in proc.stderr
     assert "2 problem(s)" in proc.stderr
+
+
+def test_command_line_overrides_are_checked_like_their_variables(tmp_path: Path) -> None:
+    config = load_config({"HIVE_IDLE_TIMEOUT": "oops"}, idle_timeout=5.0, workdir=tmp_path)
+    assert config.idle_timeout == 5.0 and config.workdir == tmp_path
+    with pytest.raises(ConfigError) as err:
+        load_config({}, runtime="gpt", idle_timeout=-1, workdir=tmp_path / "missing")
+    assert set(err.value.problems) == {"HIVE_RUNTIME", "HIVE_IDLE_TIMEOUT", "HIVE_WORKDIR"}

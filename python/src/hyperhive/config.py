@@ -51,6 +51,10 @@ class Config:
     def transcripts_dir(self) -> Path:
         return self.state_dir / "transcripts"
 
+    def agent_mcp_servers(self) -> McpServers:
+        """The MCP servers every agent gets: the configured ones, with our bash server always present."""
+        return self.mcp_servers.with_bash({"HIVE_STATE_DIR": str(self.state_dir), "HIVE_WORKDIR": str(self.workdir)})
+
 
 class _Reader:
     """Reads one variable at a time, remembering every problem instead of stopping at the first."""
@@ -106,14 +110,31 @@ class _Reader:
         return value
 
 
+# Fields a command-line option may override, and the variable whose rules (and name in errors) they share.
+OVERRIDABLE = {
+    "runtime": "HIVE_RUNTIME",
+    "acp_command": "HIVE_ACP_COMMAND",
+    "state_dir": "HIVE_STATE_DIR",
+    "workdir": "HIVE_WORKDIR",
+    "idle_timeout": "HIVE_IDLE_TIMEOUT",
+    "cancel_grace": "HIVE_CANCEL_GRACE",
+    "claude_command": "HIVE_CLAUDE_COMMAND",
+}
+
+
 def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Config:
     """Build the typed configuration from `env` (default: the process environment).
 
-    `overrides` replace single fields after reading (command-line options); they are validated by the
-    same rules as their variables.
+    `overrides` (command-line options; None means "not given") replace their variables before reading,
+    so they are validated by the same rules and a bad one is reported with the rest.
     """
-    r = _Reader(os.environ if env is None else env)
-
+    merged = dict(os.environ if env is None else env)
+    for name, value in overrides.items():
+        if name not in OVERRIDABLE:
+            raise TypeError(f"load_config() cannot override {name!r}")
+        if value is not None:
+            merged[OVERRIDABLE[name]] = str(value)
+    r = _Reader(merged)
     runtime_raw = r.get("HIVE_RUNTIME") or "claude"
     runtime: Runtime = "claude"
     if runtime_raw in ("claude", "acp"):
@@ -164,9 +185,6 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
         "claude_args": claude_args,
         "socket": Path(socket_raw) if socket_raw else None,
     }
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    if values["runtime"] not in ("claude", "acp"):
-        r.problems["--runtime"] = f"must be 'claude' or 'acp', got {values['runtime']!r}"
     if values["runtime"] == "acp" and not values["acp_command"]:
         r.problems["HIVE_ACP_COMMAND"] = "required when HIVE_RUNTIME is 'acp': the ACP agent's executable"
 

@@ -51,11 +51,15 @@ class McpServers(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
     servers: dict[str, McpServer] = Field(default_factory=dict, alias="mcpServers")
 
-    def with_bash(self) -> McpServers:
-        """The list with our bash server present; the Nix module always adds it, a pip user may not have."""
+    def with_bash(self, env: dict[str, str] | None = None) -> McpServers:
+        """The list with our bash server present; the Nix module always adds it, a pip user may not have.
+
+        `env` goes to the added server (the state directory and workdir it must share with the harness):
+        agents do not all pass their own environment on to the MCP servers they start.
+        """
         if BASH_SERVER in self.servers:
             return self
-        bash = StdioServer(command=sys.executable, args=["-m", "hyperhive", "bash-mcp"])
+        bash = StdioServer(command=sys.executable, args=["-m", "hyperhive", "bash-mcp"], env=env or {})
         return McpServers(mcpServers={BASH_SERVER: bash, **self.servers})
 
     def allowed_tool_names(self) -> list[str]:

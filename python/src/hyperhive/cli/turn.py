@@ -21,7 +21,7 @@ from hyperhive.cli import config_or_exit
 from hyperhive.config import Config
 from hyperhive.errors import ConfigError, HyperhiveError, StoreError
 from hyperhive.runtime import Runtime, make_runtime
-from hyperhive.runtime.base import Sink, TeeSink
+from hyperhive.runtime.base import Interruptible, Sink, TeeSink
 from hyperhive.runtime.render import RenderSink
 from hyperhive.runtime.stream import StreamLine, dump_line
 from hyperhive.runtime.transcript import TranscriptSink
@@ -149,6 +149,5 @@ def _interrupt(runtime: Runtime) -> bool:
     if canceller is not None:
         canceller.cancel()
         return True
-    interrupt = getattr(runtime, "interrupt", None)
     # ClaudeRuntime.interrupt() says False when no turn is running yet (or any more).
-    return callable(interrupt) and interrupt() is not False
+    return isinstance(runtime, Interruptible) and runtime.interrupt()

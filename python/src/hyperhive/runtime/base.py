@@ -26,6 +26,16 @@ class Canceller(Protocol):
     def cancel(self) -> None: ...
 
 
+@runtime_checkable
+class Interruptible(Protocol):
+    """A runtime whose turn the harness stops by signalling the agent process (claude: `canceller()` is None).
+
+    `interrupt()` ends the turn in flight as `cancelled`; False when no turn is running.
+    """
+
+    def interrupt(self) -> bool: ...
+
+
 class Runtime(Protocol):
     name: str
 

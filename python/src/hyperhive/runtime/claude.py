@@ -114,7 +114,7 @@ class ClaudeRuntime:
         if resume:
             args.append(f"--resume={resume}")  # `=`: an id starting with '-' must not read as a flag
         args += ["--mcp-config", str(mcp_config), "--strict-mcp-config"]
-        allowed = self.config.mcp_servers.with_bash().allowed_tool_names()
+        allowed = self.config.agent_mcp_servers().allowed_tool_names()
         if allowed:
             args += ["--allowedTools", *allowed]
         # The variadic tool flags would swallow the prompt: it goes after `--`.
@@ -122,7 +122,7 @@ class ClaudeRuntime:
 
     def write_mcp_config(self) -> Path:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
-        doc = self.config.mcp_servers.with_bash().claude_config()
+        doc = self.config.agent_mcp_servers().claude_config()
         state = self.config.state_dir
         state.mkdir(parents=True, exist_ok=True)
         path = state / MCP_CONFIG_FILE
