@@ -160,7 +160,8 @@ async def test_command_line_has_mcp_config_tool_rules_extra_args_and_prompt_afte
         "type": "stdio",
         "command": sys.executable,
         "args": ["-m", "hyperhive", "bash-mcp"],
-        "env": {},
+        # The bash server shares the harness's state and workdir whatever environment claude passes on.
+        "env": {"HIVE_STATE_DIR": str(env.state), "HIVE_WORKDIR": str(env.work)},
     }
     assert call["mcp_config"]["mcpServers"]["files"]["command"] == "files-mcp"
     assert call["mcp_config_mode"] == "0o600"
