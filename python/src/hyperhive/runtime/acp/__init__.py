@@ -1,0 +1,17 @@
+"""The ACP backend: turns driven through any Agent Client Protocol agent, reported as claude stream-json.
+
+- `runtime.py`: `AcpRuntime`, the `Runtime` (sessions, turn outcome, errors);
+- `link.py`: one running agent (spawn, initialize, sessions, endings);
+- `process.py`: the agent process (process group, stderr drain, stop ladder);
+- `transport.py`: the wire (bounded NDJSON framing, protocol errors, wire-order hooks);
+- `gate.py`: which turn a `session/update` belongs to, by wire position;
+- `turn.py`: one prompt in flight (idle watchdog, cancel, kill);
+- `translate.py`: `session/update` → stream-json lines (pure);
+- `client.py`: what hyperhive answers the agent (permissions by policy).
+"""
+
+from hyperhive.runtime.acp.client import PermissionPolicy, choose_option
+from hyperhive.runtime.acp.runtime import AcpRuntime
+from hyperhive.runtime.acp.translate import Translator, mcp_tool_name, tool_name
+
+__all__ = ["AcpRuntime", "PermissionPolicy", "Translator", "choose_option", "mcp_tool_name", "tool_name"]

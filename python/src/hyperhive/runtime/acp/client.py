@@ -1,0 +1,173 @@
+"""hyperhive's side of ACP: what it answers when the agent asks something.
+
+Every method of `acp.Client` is defined here on purpose. A subclass of that Protocol inherits stubs that
+return None, which the SDK sends as a `{}` result: an agent asking for a file or a terminal would be
+told "done" while nothing happened. hyperhive advertises neither the file system nor terminals, so such
+requests get "method not found".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from acp import Client, RequestError
+from acp.interfaces import Agent
+from acp.schema import (
+    AgentMessageChunk,
+    AgentPlanContentUpdate,
+    AgentPlanRemovedUpdate,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    AllowedOutcome,
+    AvailableCommandsUpdate,
+    ConfigOptionUpdate,
+    CreateElicitationResponse,
+    CreateTerminalResponse,
+    CurrentModeUpdate,
+    DeniedOutcome,
+    ElicitationMode,
+    EnvVariable,
+    KillTerminalResponse,
+    PermissionOption,
+    ReadTextFileResponse,
+    ReleaseTerminalResponse,
+    RequestPermissionResponse,
+    SessionInfoUpdate,
+    TerminalOutputResponse,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
+    UsageUpdate,
+    UserMessageChunk,
+    WaitForTerminalExitResponse,
+    WriteTextFileResponse,
+)
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+PermissionPolicy = Literal["allow", "deny"]
+
+# Preference order of option kinds for each policy: the narrowest grant (or refusal) first.
+_PREFERENCE: dict[str, tuple[str, ...]] = {
+    "allow": ("allow_once", "allow_always"),
+    "deny": ("reject_once", "reject_always"),
+}
+
+
+def choose_option(options: Sequence[PermissionOption], policy: PermissionPolicy) -> PermissionOption | None:
+    """The option the policy picks: allow_once, else allow_always, else any allow* (reject_* for deny)."""
+    for kind in _PREFERENCE[policy]:
+        for option in options:
+            if option.kind == kind:
+                return option
+    prefix = "allow" if policy == "allow" else "reject"
+    return next((o for o in options if o.kind.startswith(prefix)), None)
+
+
+class HiveClient(Client):
+    """Answers the agent's requests: permissions by policy, everything else refused.
+
+    `is_cancelling` says whether the turn in flight is being cancelled: the protocol then requires every
+    permission request to be answered `cancelled`.
+    """
+
+    def __init__(self, policy: PermissionPolicy, is_cancelling: Callable[[], bool], agent: str) -> None:
+        self.policy = policy
+        self.is_cancelling = is_cancelling
+        self.agent = agent
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        what = tool_call.title or tool_call.tool_call_id
+        if self.is_cancelling():
+            logger.info("%s asked permission for %s during a cancel: cancelled", self.agent, what)
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        option = choose_option(options, self.policy)
+        if option is None:
+            # No option fits the policy (an agent offering only "allow" to a deny policy): cancelling is
+            # the one answer that grants nothing.
+            logger.warning("%s asked permission for %s with no %s option: cancelled", self.agent, what, self.policy)
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        logger.info("%s asked permission for %s: %s (%s)", self.agent, what, option.option_id, option.kind)
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
+
+    async def session_update(
+        self,
+        session_id: str,
+        update: UserMessageChunk
+        | AgentMessageChunk
+        | AgentThoughtChunk
+        | ToolCallStart
+        | ToolCallProgress
+        | AgentPlanUpdate
+        | AgentPlanContentUpdate
+        | AgentPlanRemovedUpdate
+        | AvailableCommandsUpdate
+        | CurrentModeUpdate
+        | ConfigOptionUpdate
+        | SessionInfoUpdate
+        | UsageUpdate,
+        **kwargs: Any,
+    ) -> None:
+        """Deliberately nothing: updates are taken off the wire, in order, by the transport (gate.py).
+
+        The SDK runs each notification in a task of its own, and `load_session()` returns without waiting
+        for them, so from here neither their order nor which side of a `session/load` answer they came
+        from could be trusted.
+        """
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse | None:
+        raise RequestError.method_not_found("fs/write_text_file")
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> ReadTextFileResponse:
+        raise RequestError.method_not_found("fs/read_text_file")
+
+    async def create_terminal(  # noqa: PLR0917 (the SDK's signature)
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[EnvVariable] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
+        raise RequestError.method_not_found("terminal/create")
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
+        raise RequestError.method_not_found("terminal/output")
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse | None:
+        raise RequestError.method_not_found("terminal/release")
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        raise RequestError.method_not_found("terminal/wait_for_exit")
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> KillTerminalResponse | None:
+        raise RequestError.method_not_found("terminal/kill")
+
+    async def create_elicitation(self, message: str, mode: ElicitationMode, **kwargs: Any) -> CreateElicitationResponse:
+        raise RequestError.method_not_found("elicitation/create")
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        logger.debug("ignored extension notification _%s from %s", method, self.agent)
+
+    def on_connect(self, conn: Agent) -> None:
+        return None

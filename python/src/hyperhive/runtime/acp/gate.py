@@ -1,0 +1,105 @@
+"""Which turn a `session/update` belongs to, decided by its position on the wire.
+
+An update belongs to a turn if and only if the agent wrote it after our `session/prompt` and before the
+answer to it. The transport hands every message to `UpdateGate` in wire order, before the SDK dispatches
+it to a task of its own, so this holds exactly, with no timing involved:
+
+- the conversation a `session/load` replays is written before the load's answer, hence before any
+  prompt: it is dropped, however late the SDK would have run its handlers (its `load_session()` does not
+  wait for them);
+- what comes after a prompt's answer (opencode sends `available_commands_update` after a load's answer,
+  a late update after a cancel) belongs to no turn and is dropped too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from acp.schema import SessionNotification
+from anyio.streams.memory import MemoryObjectSendStream
+from pydantic import ValidationError
+
+from hyperhive.runtime.acp.translate import Translator
+from hyperhive.runtime.acp.turn import TurnControl
+from hyperhive.runtime.stream import StreamLine
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+
+class TurnFeed:
+    """The receiving end of one turn: its updates go through the translator into the queue of lines."""
+
+    def __init__(
+        self,
+        session_id: str,
+        translator: Translator,
+        lines: MemoryObjectSendStream[StreamLine],
+        control: TurnControl,
+    ) -> None:
+        self.session_id = session_id
+        self.translator = translator
+        self.lines = lines
+        self.control = control
+        self.prompt_sent = anyio.Event()
+
+    def update(self, params: Any) -> None:
+        try:
+            note = SessionNotification.model_validate(params)
+        except ValidationError as exc:
+            # A newer protocol's update kind, or a malformed one: not worth failing the turn over.
+            first = exc.errors(include_url=False)[0]
+            logger.warning("ignored a session/update the ACP schema does not accept: %s", first["msg"])
+            return
+        if note.session_id != self.session_id:
+            logger.debug("ignored a session/update for another session %s", note.session_id)
+            return
+        for line in self.translator.feed(note.update):
+            self.emit(line)
+
+    def emit(self, line: StreamLine) -> None:
+        try:
+            self.lines.send_nowait(line)  # the queue is unbounded: never blocks the agent's reader
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            logger.debug("dropped a line of a turn that is over: %s", line.type)
+
+
+class UpdateGate:
+    """Routes the agent's messages, in wire order, to the turn whose prompt is on the wire."""
+
+    def __init__(self) -> None:
+        self._armed: TurnFeed | None = None  # the turn about to send its prompt, or sending it
+        self._open = False  # its prompt is on the wire and not yet answered
+        self._prompt_id: object = None
+
+    def arm(self, feed: TurnFeed) -> None:
+        """Make `feed` the turn whose `session/prompt`, once written, opens the gate."""
+        self._armed, self._open, self._prompt_id = feed, False, None
+
+    def disarm(self) -> None:
+        self._armed, self._open, self._prompt_id = None, False, None
+
+    def cancelling(self) -> bool:
+        """Whether the current turn is being cancelled (permission requests are then answered `cancelled`)."""
+        return self._armed is not None and self._armed.control.cancelling
+
+    def outgoing(self, message: dict[str, Any]) -> None:
+        feed = self._armed
+        if feed is not None and message.get("method") == "session/prompt" and "id" in message:
+            self._open, self._prompt_id = True, message["id"]
+            feed.prompt_sent.set()
+
+    def incoming(self, message: dict[str, Any], answered: str | None) -> None:
+        feed = self._armed
+        if feed is None or not self._open:
+            if message.get("method") == "session/update":
+                logger.debug("dropped a session/update outside any turn")
+            return
+        if "method" not in message:
+            if answered == "session/prompt" and message.get("id") == self._prompt_id:
+                self._open = False  # the answer closes the turn on the wire
+            return
+        feed.control.touch()  # any message from the agent is activity, for the idle watchdog
+        if message["method"] == "session/update":
+            feed.update(message.get("params"))

@@ -1,0 +1,282 @@
+"""One running agent: its process, the wire to it, the SDK connection over that wire, its open session.
+
+`AgentLink.start` spawns and initializes the agent and refuses it (`AgentRefused`) when it cannot be used;
+the session methods open, load and close sessions; `lost()` explains why the wire went dead; `shutdown`
+and `kill` end it, reaping the process on every path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+from acp import PROTOCOL_VERSION, RequestError
+from acp.client.connection import ClientSideConnection
+from acp.schema import (
+    ClientCapabilities,
+    EnvVariable,
+    FileSystemCapabilities,
+    HttpHeader,
+    HttpMcpServer,
+    Implementation,
+    InitializeResponse,
+    McpServerStdio,
+)
+from pydantic import ValidationError
+
+from hyperhive import __version__
+from hyperhive.mcp_servers import McpServers, StdioServer
+from hyperhive.runtime.acp.client import HiveClient, PermissionPolicy
+from hyperhive.runtime.acp.gate import UpdateGate
+from hyperhive.runtime.acp.process import AgentProcess, agent_environment
+from hyperhive.runtime.acp.transport import LineTransport
+from hyperhive.runtime.errors import AgentExited, AgentRefused, ProtocolError, TurnError
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+AcpMcpServer = McpServerStdio | HttpMcpServer
+# Bound on the best-effort session/close (at shutdown and archive): it only frees the agent's resources.
+_CLOSE_TIMEOUT = 2.0
+
+
+def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
+    """The MCP server list in ACP's shape (env and headers as name/value lists; stdio entries have no type)."""
+    out: list[AcpMcpServer] = []
+    for name, server in servers.servers.items():
+        if isinstance(server, StdioServer):
+            env = [EnvVariable(name=k, value=v) for k, v in server.env.items()]
+            out.append(McpServerStdio(name=name, command=server.command, args=list(server.args), env=env))
+        else:
+            headers = [HttpHeader(name=k, value=v) for k, v in server.headers.items()]
+            out.append(HttpMcpServer(type="http", name=name, url=server.url, headers=headers))
+    return out
+
+
+class LoadFailed(Exception):
+    """`session/load` did not work; the caller falls back to `session/new`."""
+
+
+class AgentLink:
+    def __init__(self, process: AgentProcess, command: str, policy: PermissionPolicy, max_line_bytes: int) -> None:
+        self.process = process
+        self.command = command
+        self.label = command
+        self.gate = UpdateGate()
+        self.transport = LineTransport(
+            process.stdout,
+            process.stdin,
+            agent=command,
+            max_line_bytes=max_line_bytes,
+            on_outgoing=self.gate.outgoing,
+            on_incoming=self.gate.incoming,
+        )
+        self.client = HiveClient(policy, self.gate.cancelling, command)
+        # Client-side requests need no use_unstable_protocol (that flag only gates what the peer may call
+        # on us); `session/close` is sent all the same when the agent advertises it.
+        self.conn = ClientSideConnection(self.client, self.transport)
+        self.init: InitializeResponse | None = None
+        self.session_id: str | None = None
+        self._closed = False
+
+    # -- start ------------------------------------------------------------------------------------------
+
+    @classmethod
+    async def start(
+        cls,
+        command: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        policy: PermissionPolicy,
+        start_timeout: float,
+        max_line_bytes: int,
+    ) -> AgentLink:
+        """Spawn and initialize the agent; `AgentRefused` (with the agent reaped) when it is unusable."""
+        process = await AgentProcess.spawn(command, args, env=agent_environment(env), cwd=cwd)
+        link = cls(process, command, policy, max_line_bytes)
+        try:
+            await link._initialize(start_timeout)
+        except BaseException:
+            await link.close()
+            raise
+        return link
+
+    async def _initialize(self, within: float) -> None:
+        try:
+            with anyio.fail_after(within):
+                init = await self.conn.initialize(
+                    protocol_version=PROTOCOL_VERSION,
+                    # Neither file system nor terminals: the agent works through its own tools and MCP.
+                    client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=False, write_text_file=False), terminal=False
+                    ),
+                    client_info=Implementation(name="hyperhive", version=__version__),
+                )
+        except TimeoutError:
+            tail = await self._tail_after_kill()
+            raise AgentRefused(self.command, f"it did not answer initialize within {within:g} s{tail}") from None
+        except ConnectionError:
+            raise AgentRefused(self.command, f"it stopped before answering initialize: {await self.lost()}") from None
+        except RequestError as exc:
+            raise AgentRefused(self.command, f"it answered initialize with an error: {rpc_error(exc)}") from exc
+        except ValidationError as exc:
+            raise AgentRefused(self.command, f"its initialize answer is not valid ACP: {invalid_reason(exc)}") from exc
+        self.init = init
+        if init.agent_info is not None:
+            self.label = f"{init.agent_info.name} {init.agent_info.version}".strip()
+            self.process.label = self.client.agent = self.label
+        if init.protocol_version != PROTOCOL_VERSION:
+            raise AgentRefused(
+                self.label, f"it speaks ACP version {init.protocol_version}; hyperhive speaks {PROTOCOL_VERSION}"
+            )
+        caps = init.agent_capabilities
+        if caps is None or caps.mcp_capabilities is None or not caps.mcp_capabilities.http:
+            raise AgentRefused(
+                self.label,
+                f"it does not advertise mcpCapabilities.http (command {self.command!r}); hyperhive's own tools "
+                "are served over HTTP MCP, so an agent without HTTP MCP support cannot use them",
+            )
+        logger.info("%s initialized (loadSession: %s)", self.label, self.can_load)
+
+    # -- what the agent offers ---------------------------------------------------------------------------
+
+    @property
+    def agent_name(self) -> str:
+        info = self.init.agent_info if self.init is not None else None
+        return info.name if info is not None else self.command
+
+    @property
+    def agent_version(self) -> str | None:
+        info = self.init.agent_info if self.init is not None else None
+        return info.version if info is not None else None
+
+    @property
+    def can_load(self) -> bool:
+        caps = self.init.agent_capabilities if self.init is not None else None
+        return bool(caps and caps.load_session)
+
+    @property
+    def can_close(self) -> bool:
+        caps = self.init.agent_capabilities if self.init is not None else None
+        return bool(caps and caps.session_capabilities and caps.session_capabilities.close is not None)
+
+    @property
+    def usable(self) -> bool:
+        """Still running, with a live wire: can carry the next turn."""
+        return (
+            not self._closed
+            and self.process.running
+            and not self.process.exited.is_set()
+            and self.transport.failure is None
+            and not self.transport.eof
+        )
+
+    # -- sessions -----------------------------------------------------------------------------------------
+
+    async def new_session(self, cwd: Path, servers: list[AcpMcpServer], *, within: float) -> str:
+        try:
+            with anyio.fail_after(within):
+                response = await self.conn.new_session(cwd=str(cwd), mcp_servers=list(servers))
+        except TimeoutError:
+            tail = await self._tail_after_kill()
+            raise AgentRefused(self.label, f"it did not answer session/new within {within:g} s{tail}") from None
+        except ConnectionError:
+            raise await self.lost() from None
+        except RequestError as exc:
+            raise AgentRefused(self.label, f"session/new failed: {rpc_error(exc)}") from exc
+        except ValidationError as exc:
+            raise ProtocolError(f"the answer to session/new is not valid ACP: {invalid_reason(exc)}") from exc
+        self.session_id = response.session_id
+        logger.info("%s: new session %s", self.label, self.session_id)
+        return response.session_id
+
+    async def load_session(self, session_id: str, cwd: Path, servers: list[AcpMcpServer], *, within: float) -> None:
+        """`session/load`; `LoadFailed` when the agent cannot (the replay it sends is dropped by the gate)."""
+        try:
+            with anyio.fail_after(within):
+                await self.conn.load_session(cwd=str(cwd), session_id=session_id, mcp_servers=list(servers))
+        except TimeoutError:
+            raise LoadFailed(f"no answer within {within:g} s") from None
+        except ConnectionError:
+            raise await self.lost() from None
+        except RequestError as exc:
+            raise LoadFailed(rpc_error(exc)) from exc
+        except ValidationError as exc:
+            raise LoadFailed(f"the answer is not valid ACP: {invalid_reason(exc)}") from exc
+        self.session_id = session_id
+        logger.info("%s: loaded session %s", self.label, session_id)
+
+    async def close_session(self) -> None:
+        """Best effort `session/close` when the agent offers it; forgets the session either way."""
+        session_id, self.session_id = self.session_id, None
+        if session_id is None or not self.can_close or not self.usable:
+            return
+        with anyio.move_on_after(_CLOSE_TIMEOUT):
+            try:
+                await self.conn.close_session(session_id=session_id)
+                logger.info("%s: closed session %s", self.label, session_id)
+            except (RequestError, ConnectionError, ValidationError) as exc:
+                logger.info("%s: session/close %s failed: %s", self.label, session_id, exc)
+
+    # -- endings -----------------------------------------------------------------------------------------
+
+    async def lost(self) -> TurnError:
+        """Why the wire went dead: the protocol failure the transport saw, or the agent's exit."""
+        if self.transport.failure is not None:
+            await self.close()  # the stream is out of step: this agent cannot be trusted with another turn
+            return self.transport.failure
+        code = await self.process.wait_exit(2.0)
+        if code is None:  # stdout closed, process alive: nothing more can be said to it
+            await self.process.kill()
+            code = self.process.returncode
+        tail = await self.process.stderr_tail()
+        await self.close()
+        return AgentExited(self.command, code, tail)
+
+    async def kill(self) -> None:
+        """SIGKILL the agent's group now (a cancel it ignored); the link is then closed."""
+        with anyio.CancelScope(shield=True):
+            await self.process.kill()
+            await self.close()
+
+    async def shutdown(self, *, grace: float) -> None:
+        """The orderly stop: `session/close` if offered, EOF, then TERM and KILL to the group if need be.
+
+        claude-agent-acp does not exit on EOF while a session is open; `session/close` first lets it.
+        """
+        with anyio.CancelScope(shield=True):
+            if self.usable:
+                await self.close_session()
+                await self.transport.close()
+            await self.process.stop(eof_grace=grace, term_grace=grace)
+            await self.close()
+
+    async def close(self) -> None:
+        """Release everything (killing the process if it still runs). Idempotent, shielded."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self.process.kill()
+            # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks.
+            with anyio.move_on_after(2.0):
+                await self.conn.close()
+            await self.process.aclose()
+
+    async def _tail_after_kill(self) -> str:
+        await self.close()
+        tail = (await self.process.stderr_tail(0.5)).strip()
+        return f"; the end of its stderr:\n{tail}" if tail else ""
+
+
+def rpc_error(exc: RequestError) -> str:
+    detail = f" {exc.data}" if exc.data else ""
+    return f"{exc} (JSON-RPC {exc.code}){detail}"
+
+
+def invalid_reason(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

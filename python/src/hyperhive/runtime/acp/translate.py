@@ -1,0 +1,344 @@
+"""ACP `session/update` notifications → claude stream-json lines: the pure half of the ACP backend.
+
+`Translator` holds one turn's state and does no I/O and reads no clock, so it is tested by feeding it the
+updates real agents sent (tests/unit/test_acp_translate.py replays the captures).
+
+What it builds (design.md 3.4, "Translation"):
+- consecutive `agent_message_chunk` texts → one `assistant` line with one `text` block; thought chunks
+  likewise → one `thinking` block. A block ends when the other kind starts, when a tool line is emitted,
+  when the agent starts a new message (`messageId` changes) or at the end of the turn;
+- a tool call → an `assistant` line with a `tool_use` block once its input is known, then a `user` line
+  with its `tool_result` when it completes or fails;
+- `usage_update` → the context usage reported in the turn's `result` line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp.schema import (
+    AgentMessageChunk,
+    AgentPlanContentUpdate,
+    AgentPlanRemovedUpdate,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    AudioContentBlock,
+    AvailableCommandsUpdate,
+    ConfigOptionUpdate,
+    ContentToolCallContent,
+    CurrentModeUpdate,
+    EmbeddedResourceContentBlock,
+    FileEditToolCallContent,
+    ImageContentBlock,
+    ResourceContentBlock,
+    SessionInfoUpdate,
+    TerminalToolCallContent,
+    TextContentBlock,
+    TextResourceContents,
+    ToolCallProgress,
+    ToolCallStart,
+    Usage,
+    UsageUpdate,
+    UserMessageChunk,
+)
+
+from hyperhive.runtime.stream import (
+    AssistantBody,
+    AssistantLine,
+    ContextUsage,
+    StreamLine,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserBody,
+    UserLine,
+)
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+SessionUpdate = (
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | AgentPlanUpdate
+    | AgentPlanContentUpdate
+    | AgentPlanRemovedUpdate
+    | AvailableCommandsUpdate
+    | CurrentModeUpdate
+    | ConfigOptionUpdate
+    | SessionInfoUpdate
+    | UsageUpdate
+)
+ContentBlock = (
+    TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock
+)
+ToolContent = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
+
+# Statuses after which a tool call's input is final (opencode sends `rawInput: {}` or a partial input
+# with the `pending` tool_call, and the real input with the first `in_progress` update).
+_RUNNING = frozenset({"in_progress", "completed", "failed"})
+_FINISHED = frozenset({"completed", "failed"})
+UNFINISHED_TOOL_RESULT = "the turn ended before this tool call finished"
+
+
+def mcp_tool_name(title: str, servers: Iterable[str]) -> str | None:
+    """`mcp__<server>__<tool>` for a title naming a tool of a known MCP server, else None.
+
+    claude-agent-acp already says `mcp__<server>__<tool>`. opencode says `<server>_<tool>`, which is
+    ambiguous when server names share a prefix (`fake` and `fake_http`), so the longest known server name
+    that prefixes the title wins.
+    """
+    if title.startswith("mcp__"):
+        return title
+    best: tuple[str, str] | None = None
+    for server in servers:
+        # opencode keeps only [A-Za-z0-9_-] of a server name in its tool names.
+        for prefix in {server, re.sub(r"[^A-Za-z0-9_-]", "_", server)}:
+            fits = title.startswith(prefix + "_") and len(title) > len(prefix) + 1
+            if fits and (best is None or len(prefix) > len(best[0])):
+                best = (prefix, server)
+    if best is None:
+        return None
+    prefix, server = best
+    return f"mcp__{server}__{title[len(prefix) + 1 :]}"
+
+
+def tool_name(title: str | None, kind: str | None, meta: dict[str, Any] | None, servers: Iterable[str]) -> str:
+    """The `tool_use` name of an ACP tool call.
+
+    claude-agent-acp names the real tool in `_meta.claudeCode.toolName` (its `title` for Bash is
+    "Terminal"); otherwise an MCP-looking title is mapped back to `mcp__<server>__<tool>`, and any other
+    tool keeps its title (opencode's "bash", "read", …), or its kind when it has no title.
+    """
+    claude = claude_tool_name(meta)
+    if claude:
+        return claude
+    if title:
+        return mcp_tool_name(title, servers) or title
+    return kind or "tool"
+
+
+def claude_tool_name(meta: dict[str, Any] | None) -> str | None:
+    """`_meta.claudeCode.toolName`, claude-agent-acp's name of the real tool, when present."""
+    claude = (meta or {}).get("claudeCode")
+    name = claude.get("toolName") if isinstance(claude, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def usage_fields(usage: Usage | None) -> dict[str, Any]:
+    """`PromptResponse.usage` (unstable in ACP) in the key names claude's `result.usage` uses."""
+    if usage is None:
+        return {}
+    fields: dict[str, Any] = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    if usage.cached_read_tokens is not None:
+        fields["cache_read_input_tokens"] = usage.cached_read_tokens
+    if usage.cached_write_tokens is not None:
+        fields["cache_creation_input_tokens"] = usage.cached_write_tokens
+    if usage.thought_tokens is not None:
+        fields["thought_tokens"] = usage.thought_tokens
+    fields["total_tokens"] = usage.total_tokens
+    return fields
+
+
+def content_text(block: ContentBlock) -> str:
+    if isinstance(block, TextContentBlock):
+        return block.text
+    if isinstance(block, ResourceContentBlock):
+        return block.uri
+    if isinstance(block, EmbeddedResourceContentBlock):
+        resource = block.resource
+        return resource.text if isinstance(resource, TextResourceContents) else f"[resource {resource.uri}]"
+    return f"[{block.type}]"
+
+
+def tool_content_text(items: Iterable[ToolContent]) -> str:
+    parts: list[str] = []
+    for item in items:
+        if isinstance(item, ContentToolCallContent):
+            parts.append(content_text(item.content))
+        elif isinstance(item, FileEditToolCallContent):
+            parts.append(f"edited {item.path}")
+        else:
+            parts.append(f"[terminal {item.terminal_id}]")
+    return "\n".join(parts)
+
+
+@dataclass
+class _Block:
+    kind: str  # "text" or "thinking"
+    message_id: str | None
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _ToolCall:
+    id: str
+    name: str
+    raw_input: Any = None
+    content: list[ToolContent] | None = None
+    raw_output: Any = None
+    used: bool = False  # its tool_use line went out
+    done: bool = False  # its tool_result line went out
+
+
+class Translator:
+    """One turn's `session/update`s in, whole stream-json lines out.
+
+    `feed` returns the lines an update completes (often none: text accumulates); `finish` returns what is
+    still open at the end of the turn. `text` is the turn's text, for the `result` line.
+    """
+
+    def __init__(self, *, session_id: str, mcp_servers: Iterable[str] = (), model: str = "") -> None:
+        self.session_id = session_id
+        self.model = model
+        self.servers = tuple(mcp_servers)
+        self.context_usage: ContextUsage | None = None
+        self._texts: list[str] = []
+        self._open: _Block | None = None
+        self._calls: dict[str, _ToolCall] = {}
+
+    @property
+    def text(self) -> str:
+        """Every text block of the turn, in order, separated by a blank line."""
+        return "\n\n".join(self._texts)
+
+    def feed(self, update: SessionUpdate) -> list[StreamLine]:
+        if isinstance(update, AgentMessageChunk):
+            return self._chunk("text", update)
+        if isinstance(update, AgentThoughtChunk):
+            return self._chunk("thinking", update)
+        if isinstance(update, ToolCallStart):
+            return self._tool_start(update)
+        if isinstance(update, ToolCallProgress):
+            return self._tool_progress(update)
+        if isinstance(update, UsageUpdate):
+            self.context_usage = ContextUsage(used=update.used, size=update.size)
+            return []
+        # user_message_chunk (an echo of the prompt), plan, commands, mode, config, session info: not output.
+        logger.debug("not translated: %s update", update.session_update)
+        return []
+
+    def finish(self) -> list[StreamLine]:
+        """Close the turn: the open text/thinking block, and a failed result for every unfinished tool call."""
+        lines = self._flush()
+        for call in self._calls.values():
+            if not call.done:
+                lines += self._result(call, failed=True, text=UNFINISHED_TOOL_RESULT)
+        return lines
+
+    # -- text and thinking ----------------------------------------------------------------------------
+
+    def _chunk(self, kind: str, update: AgentMessageChunk | AgentThoughtChunk) -> list[StreamLine]:
+        if not isinstance(update.content, TextContentBlock):
+            logger.debug("not translated: a %s chunk of %s content", kind, update.content.type)
+            return []
+        lines: list[StreamLine] = []
+        block = self._open
+        if block is not None and (
+            block.kind != kind or (update.message_id and block.message_id and update.message_id != block.message_id)
+        ):
+            lines += self._flush()
+            block = None
+        if block is None:
+            block = self._open = _Block(kind, update.message_id)
+        block.message_id = block.message_id or update.message_id
+        block.parts.append(update.content.text)
+        return lines
+
+    def _flush(self) -> list[StreamLine]:
+        block, self._open = self._open, None
+        if block is None:
+            return []
+        text = "".join(block.parts)
+        if not text:  # claude-agent-acp opens every message with an empty chunk
+            return []
+        content: TextBlock | ThinkingBlock
+        if block.kind == "text":
+            self._texts.append(text)
+            content = TextBlock(text=text)
+        else:
+            content = ThinkingBlock(thinking=text)
+        return [self._assistant(content, message_id=block.message_id)]
+
+    # -- tool calls -----------------------------------------------------------------------------------
+
+    def _tool_start(self, update: ToolCallStart) -> list[StreamLine]:
+        call = self._calls.get(update.tool_call_id)
+        if call is None:
+            name = tool_name(update.title, update.kind, update.field_meta, self.servers)
+            call = self._calls[update.tool_call_id] = _ToolCall(update.tool_call_id, name)
+        return self._progress(call, update.status, update.raw_input, update.content, update.raw_output)
+
+    def _tool_progress(self, update: ToolCallProgress) -> list[StreamLine]:
+        call = self._calls.get(update.tool_call_id)
+        if call is None:  # an update for a call this turn never saw start: name it from what it carries
+            name = tool_name(update.title, update.kind, update.field_meta, self.servers)
+            call = self._calls[update.tool_call_id] = _ToolCall(update.tool_call_id, name)
+        elif not call.used and (named := claude_tool_name(update.field_meta)):
+            # Later titles may be descriptions (opencode: the command line), so only claude's explicit
+            # tool name may still correct the name given at the start.
+            call.name = named
+        return self._progress(call, update.status, update.raw_input, update.content, update.raw_output)
+
+    def _progress(
+        self,
+        call: _ToolCall,
+        status: str | None,
+        raw_input: Any,
+        content: list[ToolContent] | None,
+        raw_output: Any,
+    ) -> list[StreamLine]:
+        if call.done:
+            return []
+        if raw_input is not None:
+            call.raw_input = raw_input
+        if content:
+            call.content = content
+        if raw_output is not None:
+            call.raw_output = raw_output
+        lines: list[StreamLine] = []
+        # The input is final once the call runs; claude-agent-acp sends it in a status-less update.
+        input_ready = status in _RUNNING or (status is None and bool(raw_input))
+        if input_ready and not call.used:
+            lines += self._use(call)
+        if status in _FINISHED:
+            lines += self._result(call, failed=status == "failed")
+        return lines
+
+    def _use(self, call: _ToolCall) -> list[StreamLine]:
+        lines = self._flush()
+        call.used = True
+        raw = call.raw_input
+        tool_input = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+        lines.append(self._assistant(ToolUseBlock(id=call.id, name=call.name, input=tool_input)))
+        return lines
+
+    def _result(self, call: _ToolCall, *, failed: bool, text: str | None = None) -> list[StreamLine]:
+        lines = [] if call.used else self._use(call)
+        call.done = True
+        if text is None:
+            if call.content:
+                text = tool_content_text(call.content)
+            elif isinstance(call.raw_output, str):
+                text = call.raw_output
+            elif call.raw_output is not None:
+                text = json.dumps(call.raw_output, ensure_ascii=False)
+            else:
+                text = ""
+        block = ToolResultBlock(tool_use_id=call.id, content=text, is_error=failed)
+        lines.append(UserLine(message=UserBody(content=[block]), session_id=self.session_id))
+        return lines
+
+    def _assistant(
+        self, block: TextBlock | ThinkingBlock | ToolUseBlock, *, message_id: str | None = None
+    ) -> StreamLine:
+        body = AssistantBody(id=message_id or "", model=self.model, content=[block])
+        return AssistantLine(message=body, session_id=self.session_id)

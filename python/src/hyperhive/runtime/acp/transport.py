@@ -1,0 +1,133 @@
+"""The agent's stdio as the ACP SDK's message-level `Transport`, with hyperhive's own framing.
+
+Why not the SDK's `NdjsonTransport` (what `spawn_agent_process` uses): it logs and *skips* a line that is
+not JSON, so a garbled agent would leave a turn waiting for an answer that never comes, and it buffers a
+line of any size. Here a line that is not a JSON-RPC message, or longer than `max_line_bytes`, ends the
+connection with a `ProtocolError` (kept in `failure`) naming what was read; the SDK then fails every
+pending request with `ConnectionError`, and the runtime reports the failure.
+
+The transport also sees every message in wire order, before the SDK dispatches it to a task of its own.
+`on_outgoing` and `on_incoming` hand each message to the runtime at that point: that is what lets the
+runtime route `session/update`s by their position on the wire (see gate.py) instead of by when the SDK's
+tasks happen to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from hyperhive.runtime.errors import ProtocolError
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+_EXCERPT = 200
+
+Message = dict[str, Any]
+OutgoingHook = Callable[[Message], None]
+# The second argument is the method of our request that an incoming response answers (None otherwise).
+IncomingHook = Callable[[Message, str | None], None]
+
+
+def _excerpt(data: bytes) -> str:
+    return data[:_EXCERPT].decode("utf-8", "replace")
+
+
+class LineTransport:
+    """Newline-delimited JSON-RPC over the agent's stdout (read) and stdin (write)."""
+
+    def __init__(
+        self,
+        stdout: ByteReceiveStream,
+        stdin: ByteSendStream,
+        *,
+        agent: str,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        on_outgoing: OutgoingHook | None = None,
+        on_incoming: IncomingHook | None = None,
+    ) -> None:
+        self._reader = BufferedByteReceiveStream(stdout)
+        self._stdin = stdin
+        self._agent = agent
+        self._max = max_line_bytes
+        self._on_outgoing = on_outgoing
+        self._on_incoming = on_incoming
+        self._write_lock = anyio.Lock()
+        # Our requests by id, so a response can be matched to its method (both sides number from 0).
+        self._requests: dict[int | str, str] = {}
+        self.failure: ProtocolError | None = None
+        self.eof = False
+        self._stdin_closed = False
+
+    async def send(self, message: Message) -> None:
+        method, msg_id = message.get("method"), message.get("id")
+        if isinstance(method, str) and isinstance(msg_id, int | str):
+            self._requests[msg_id] = method
+        if self._on_outgoing is not None:
+            self._on_outgoing(message)
+        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        async with self._write_lock:
+            if self._stdin_closed:
+                raise ConnectionError(f"the connection to {self._agent} is closed")
+            try:
+                await self._stdin.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                # The SDK and the runtime both understand ConnectionError as "the agent is gone".
+                raise ConnectionError(f"cannot write to {self._agent}: {exc!r}") from exc
+
+    async def receive(self) -> Message | None:
+        """The next message, or None at the end: EOF, or a protocol failure (then `failure` says which)."""
+        while True:
+            if self.failure is not None or self.eof:
+                return None
+            try:
+                line = await self._reader.receive_until(b"\n", self._max)
+            except anyio.DelimiterNotFound:
+                self._fail(f"{self._agent} wrote a line longer than {self._max} bytes to stdout", self._reader.buffer)
+                return None
+            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self.eof = True
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError as exc:
+                self._fail(f"{self._agent} wrote a line to stdout that is not JSON ({exc})", line)
+                return None
+            if not isinstance(message, dict) or not ("method" in message or "id" in message):
+                self._fail(f"{self._agent} wrote JSON to stdout that is not a JSON-RPC message", line)
+                return None
+            answered = None
+            msg_id = message.get("id")
+            if "method" not in message and isinstance(msg_id, int | str):
+                answered = self._requests.pop(msg_id, None)
+            if self._on_incoming is not None:
+                try:
+                    self._on_incoming(message, answered)
+                except Exception:  # a bug in a hook must not take the connection down
+                    logger.exception("handling a message from %s failed", self._agent)
+            return message
+
+    async def close(self) -> None:
+        """EOF on the agent's stdin. Called by the SDK's `Connection.close()`, and first when shutting down."""
+        # Not under the write lock: a write stuck on a full pipe (an agent that stopped reading) must not
+        # keep the EOF from being sent; that write then fails with ConnectionError.
+        if self._stdin_closed:
+            return
+        self._stdin_closed = True
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._stdin.aclose()
+
+    def _fail(self, detail: str, data: bytes) -> None:
+        self.failure = ProtocolError(detail, excerpt=_excerpt(data), agent=self._agent)
+        logger.error("%s", self.failure)

@@ -1,0 +1,155 @@
+"""One `session/prompt` in flight, and the two ways it is stopped from outside.
+
+Both stops send the agent `session/cancel` (design.md 3.4):
+- the Canceller (`TurnControl.cancel`), when the harness asks; the turn then ends with stop reason
+  `cancelled`, whatever the agent answers;
+- the idle watchdog, when nothing has come from the agent for `idle_timeout` seconds; the turn fails.
+
+An agent that has not answered the prompt `cancel_grace` seconds after the cancel is killed, its whole
+process group with it, and the prompt is abandoned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+from acp.schema import PromptResponse, TextContentBlock
+
+if TYPE_CHECKING:
+    from hyperhive.runtime.acp.link import AgentLink
+
+logger = logging.getLogger("hyperhive.runtime.acp")
+
+StopKind = Literal["cancel", "idle"]
+# After the kill, how long the abandoned prompt may take to notice that the connection is gone.
+_ABANDON_WAIT = 5.0
+
+
+class TurnControl:
+    """What the stop paths of one turn share: the cancel request, the last activity, a wake-up call."""
+
+    def __init__(self) -> None:
+        self.cancel_requested = False
+        self.stopping: StopKind | None = None  # set once session/cancel is decided, by either path
+        self.last_activity = anyio.current_time()
+        self._wake = anyio.Event()
+
+    @property
+    def cancelling(self) -> bool:
+        return self.cancel_requested or self.stopping is not None
+
+    def cancel(self) -> None:
+        """Ask for the turn to be cancelled. Sync, idempotent, safe from any task of the event loop."""
+        if not self.cancel_requested:
+            self.cancel_requested = True
+            self._wake.set()
+
+    def touch(self) -> None:
+        self.last_activity = anyio.current_time()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Until `wake`/`cancel` is called or `seconds` pass; callers re-check the state afterwards."""
+        event = self._wake
+        with anyio.move_on_after(max(seconds, 0.0)):
+            await event.wait()
+        if event.is_set():
+            self._wake = anyio.Event()
+
+
+@dataclass
+class PromptOutcome:
+    response: PromptResponse | None = None
+    error: Exception | None = None  # what session/prompt raised instead of answering
+    killed: bool = False  # the agent ignored session/cancel for the grace and was killed
+
+
+class PromptTurn:
+    """Sends one prompt and waits for its answer, running the idle watchdog and honouring cancels."""
+
+    def __init__(
+        self,
+        link: AgentLink,
+        session_id: str,
+        control: TurnControl,
+        prompt_sent: anyio.Event,
+        *,
+        idle_timeout: float,
+        cancel_grace: float,
+    ) -> None:
+        self.link = link
+        self.session_id = session_id
+        self.control = control
+        self.prompt_sent = prompt_sent
+        self.idle_timeout = idle_timeout
+        self.cancel_grace = cancel_grace
+
+    async def run(self, prompt: Sequence[TextContentBlock]) -> PromptOutcome:
+        """Never raises but for cancellation of the caller: every ending is in the outcome."""
+        outcome = PromptOutcome()
+        answered = anyio.Event()
+        ask_scope = anyio.CancelScope()
+
+        async def ask() -> None:
+            with ask_scope:
+                try:
+                    outcome.response = await self.link.conn.prompt(session_id=self.session_id, prompt=list(prompt))
+                except Exception as exc:  # RequestError, ConnectionError, a malformed answer
+                    outcome.error = exc
+                finally:
+                    answered.set()
+                    self.prompt_sent.set()  # a prompt that failed to go out must not hold up a cancel
+                    self.control.wake()
+
+        self.control.touch()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            await self._supervise(answered, outcome)
+            if outcome.killed:
+                with anyio.move_on_after(_ABANDON_WAIT):
+                    await answered.wait()
+                ask_scope.cancel()
+        return outcome
+
+    async def _supervise(self, answered: anyio.Event, outcome: PromptOutcome) -> None:
+        control = self.control
+        deadline = 0.0
+        while not answered.is_set():
+            now = anyio.current_time()
+            if control.stopping is None:
+                if control.cancel_requested:
+                    control.stopping = "cancel"
+                elif now - control.last_activity >= self.idle_timeout:
+                    control.stopping = "idle"
+                    logger.warning("%s sent nothing for %g s: cancelling the turn", self.link.label, self.idle_timeout)
+                if control.stopping is not None:
+                    deadline = now + self.cancel_grace
+                    await self._send_cancel(deadline, answered)
+                    continue
+                await control.sleep(control.last_activity + self.idle_timeout - now)
+            elif now >= deadline:
+                logger.warning(
+                    "%s did not answer session/cancel within %g s: killing it", self.link.label, self.cancel_grace
+                )
+                outcome.killed = True
+                await self.link.kill()
+                return
+            else:
+                await control.sleep(deadline - now)
+
+    async def _send_cancel(self, deadline: float, answered: anyio.Event) -> None:
+        # Bounded by the grace: an agent that stopped reading its stdin must not hang the watchdog.
+        with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
+            # A cancel that overtook the prompt on the wire would be ignored by the agent.
+            await self.prompt_sent.wait()
+            if answered.is_set():
+                return
+            with contextlib.suppress(ConnectionError):  # the agent is gone: the prompt fails on its own
+                await self.link.conn.cancel(session_id=self.session_id)
