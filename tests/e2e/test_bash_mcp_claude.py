@@ -13,7 +13,7 @@ import pytest
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.process import group_alive
-from tests.e2e.agents import claude_print, write_json
+from tests.e2e.agents import Run, claude_print, write_json
 from tests.e2e.fakes.fake_anthropic import FakeAnthropic
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +29,18 @@ def bash_mcp_config(tmp_path: Path, state: Path, work: Path) -> Path:
     return write_json(tmp_path / "mcp.json", {"mcpServers": {"bash": server}})
 
 
+def claude_with_bash(prompt: str, tmp_path: Path, state: Path, workdir: Path, env: dict[str, str]) -> Run:
+    """One `claude --print` turn with our bash server as its only MCP server, claude's Bash disallowed."""
+    config = bash_mcp_config(tmp_path, state, workdir)
+    return claude_print(
+        prompt,
+        env,
+        workdir,
+        *("--mcp-config", str(config), "--strict-mcp-config"),
+        *("--allowedTools", "mcp__bash", "--disallowedTools", "Bash"),
+    )
+
+
 def blocks(lines: list[dict[str, Any]], kind: str, block_type: str) -> list[dict[str, Any]]:
     found = []
     for line in lines:
@@ -41,20 +53,8 @@ def test_claude_runs_a_command_through_mcp_bash_run(
     tmp_path: Path, workdir: Path, claude_env: dict[str, str], fake_anthropic: FakeAnthropic
 ) -> None:
     state = tmp_path / "state"
-    config = bash_mcp_config(tmp_path, state, workdir)
     call = {"cmd": "echo hello-from-task; pwd", "wait_seconds": 10}
-    run = claude_print(
-        f"please [[tool:mcp__bash__run {json.dumps(call)}]]",
-        claude_env,
-        workdir,
-        "--mcp-config",
-        str(config),
-        "--strict-mcp-config",
-        "--allowedTools",
-        "mcp__bash",
-        "--disallowedTools",
-        "Bash",
-    )
+    run = claude_with_bash(f"please [[tool:mcp__bash__run {json.dumps(call)}]]", tmp_path, state, workdir, claude_env)
     assert run.returncode == 0, run.describe()
     lines = run.json_lines()
 
@@ -96,18 +96,8 @@ def test_background_task_started_by_claude_ends_interrupted_with_a_wake_when_its
     `interrupted` with a wake, so the agent is never left waiting on it.
     """
     state = tmp_path / "state"
-    config = bash_mcp_config(tmp_path, state, workdir)
     call = {"cmd": "sleep 300", "wait_seconds": 0}
-    run = claude_print(
-        f"[[tool:mcp__bash__run {json.dumps(call)}]]",
-        claude_env,
-        workdir,
-        "--mcp-config",
-        str(config),
-        "--strict-mcp-config",
-        "--allowedTools",
-        "mcp__bash",
-    )
+    run = claude_with_bash(f"[[tool:mcp__bash__run {json.dumps(call)}]]", tmp_path, state, workdir, claude_env)
     assert run.returncode == 0, run.describe()
     (tool_result,) = blocks(run.json_lines(), "user", "tool_result")
     assert json.loads(tool_result["content"])["message"].startswith("task started: id=1")

@@ -15,17 +15,9 @@ from typing import Any, Literal
 from acp import Client, RequestError
 from acp.interfaces import Agent
 from acp.schema import (
-    AgentMessageChunk,
-    AgentPlanContentUpdate,
-    AgentPlanRemovedUpdate,
-    AgentPlanUpdate,
-    AgentThoughtChunk,
     AllowedOutcome,
-    AvailableCommandsUpdate,
-    ConfigOptionUpdate,
     CreateElicitationResponse,
     CreateTerminalResponse,
-    CurrentModeUpdate,
     DeniedOutcome,
     ElicitationMode,
     EnvVariable,
@@ -34,16 +26,13 @@ from acp.schema import (
     ReadTextFileResponse,
     ReleaseTerminalResponse,
     RequestPermissionResponse,
-    SessionInfoUpdate,
     TerminalOutputResponse,
-    ToolCallProgress,
-    ToolCallStart,
     ToolCallUpdate,
-    UsageUpdate,
-    UserMessageChunk,
     WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
+
+from hyperhive.runtime.acp.translate import SessionUpdate
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
@@ -97,19 +86,7 @@ class HiveClient(Client):
     async def session_update(
         self,
         session_id: str,
-        update: UserMessageChunk
-        | AgentMessageChunk
-        | AgentThoughtChunk
-        | ToolCallStart
-        | ToolCallProgress
-        | AgentPlanUpdate
-        | AgentPlanContentUpdate
-        | AgentPlanRemovedUpdate
-        | AvailableCommandsUpdate
-        | CurrentModeUpdate
-        | ConfigOptionUpdate
-        | SessionInfoUpdate
-        | UsageUpdate,
+        update: SessionUpdate,
         **kwargs: Any,
     ) -> None:
         """Deliberately nothing: updates are taken off the wire, in order, by the transport (gate.py).
