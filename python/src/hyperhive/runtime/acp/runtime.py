@@ -7,6 +7,7 @@ once its first prompt has been answered, so a session the agent never really hel
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 from acp import RequestError, text_block
 from acp.schema import PromptResponse
-from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from hyperhive.config import Config
@@ -337,13 +338,20 @@ class AcpRuntime:
         await link.close()
 
 
-async def _pump(receive: ObjectReceiveStream[StreamLine], sink: Sink, errors: list[Exception]) -> None:
+async def _pump(receive: MemoryObjectReceiveStream[StreamLine], sink: Sink, errors: list[Exception]) -> None:
     """Hand the turn's lines to the sink in order; a failing sink stops the reporting, not the turn."""
     async with receive:
-        async for line in receive:
-            if errors:
-                continue
-            try:
-                await sink.emit(line)
-            except Exception as exc:
-                errors.append(exc)
+        async for first in receive:
+            # Take everything already queued, not one line per loop iteration: the agent's reader can
+            # queue lines faster than that, and they would pile up until the end of the turn.
+            batch = [first]
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:
+                    batch.append(receive.receive_nowait())
+            for line in batch:
+                if errors:
+                    break
+                try:
+                    await sink.emit(line)
+                except Exception as exc:
+                    errors.append(exc)

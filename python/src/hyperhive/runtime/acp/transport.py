@@ -9,7 +9,8 @@ pending request with `ConnectionError`, and the runtime reports the failure.
 The transport also sees every message in wire order, before the SDK dispatches it to a task of its own.
 `on_outgoing` and `on_incoming` hand each message to the runtime at that point: that is what lets the
 runtime route `session/update`s by their position on the wire (see gate.py) instead of by when the SDK's
-tasks happen to run.
+tasks happen to run. With an `on_incoming` hook, `session/update` notifications stop here: the hook is
+their only consumer, and the SDK's dispatch of each (a task, a second validation) would be pure cost.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -30,6 +32,8 @@ logger = logging.getLogger("hyperhive.runtime.acp")
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _EXCERPT = 200
+# While updates are consumed here without returning to the SDK, let the rest of the loop run this often.
+_YIELD_EVERY = 16
 
 Message = dict[str, Any]
 OutgoingHook = Callable[[Message], None]
@@ -66,6 +70,7 @@ class LineTransport:
         self.failure: ProtocolError | None = None
         self.eof = False
         self._stdin_closed = False
+        self._consumed = 0
 
     async def send(self, message: Message) -> None:
         method, msg_id = message.get("method"), message.get("id")
@@ -116,6 +121,16 @@ class LineTransport:
                     self._on_incoming(message, answered)
                 except Exception:  # a bug in a hook must not take the connection down
                     logger.exception("handling a message from %s failed", self._agent)
+                if message.get("method") == "session/update" and "id" not in message:
+                    # The hook (the gate) has taken the update. Handing it on to the SDK as well would
+                    # cost a task, a second validation and a future per update, for a handler that does
+                    # nothing: 2.8x the throughput without it (benchmarks/runtime.py).
+                    self._consumed += 1
+                    if self._consumed % _YIELD_EVERY == 0:
+                        # A burst already buffered would otherwise be read without ever yielding, and
+                        # the turn's lines would reach the sink only at its end.
+                        await anyio.lowlevel.checkpoint()
+                    continue
             return message
 
     async def close(self) -> None:
