@@ -28,7 +28,7 @@ CLAUDE_NATIVE = PEERS_DIR / "node_modules" / "@anthropic-ai" / "claude-code-linu
 FAKES_DIR = Path(__file__).resolve().parent / "fakes"
 MCP_ECHO_SERVER = FAKES_DIR / "mcp_echo_server.py"
 AGENT_BINS = ("claude", "opencode", "claude-agent-acp")
-INSTALL_HINT = "run `npm ci --prefix peers` from the repository root"
+INSTALL_HINT = "run `npm install --prefix peers` from the repository root"
 
 DEFAULT_TIMEOUT = 60.0
 
