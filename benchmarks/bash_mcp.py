@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +45,7 @@ import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.types import CallToolResult, TextContent
+from measure import cpu_seconds, machine, median, p90, proc_stat_fields
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -72,28 +71,10 @@ TARGETS = {"cold_start_s": 0.5, "round_trip_s": 0.010, "throughput_ratio": 0.90,
 # Small helpers: statistics, /proc, the direct-shell baseline
 
 
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def p90(xs: list[float]) -> float:
-    """Nearest-rank 90th percentile."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
-
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return stat[stat.rindex(b")") + 2 :].split()
-
-
 def parent_map() -> dict[int, int]:
     out = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+        if entry.isdigit() and (fields := proc_stat_fields(int(entry))) is not None:
             out[int(entry)] = int(fields[1])
     return out
 
@@ -109,7 +90,7 @@ def descendants(pid: int) -> list[tuple[int, bytes]]:
     while frontier:
         cur = frontier.pop()
         for p, pp in parents.items():
-            if pp == cur and (fields := _stat_fields(p)) is not None:
+            if pp == cur and (fields := proc_stat_fields(p)) is not None:
                 found.append((p, fields[19]))
                 frontier.append(p)
     return found
@@ -119,7 +100,7 @@ def kill_leftovers(procs: list[tuple[int, bytes]]) -> int:
     """SIGKILL those of `procs` that are still the same live processes; returns how many were killed."""
     killed = 0
     for pid, start in procs:
-        fields = _stat_fields(pid)
+        fields = proc_stat_fields(pid)
         if fields is not None and fields[19] == start and fields[0] not in (b"Z", b"X"):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -127,12 +108,6 @@ def kill_leftovers(procs: list[tuple[int, bytes]]) -> int:
             except ProcessLookupError:
                 pass
     return killed
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (not its children)."""
-    fields = _stat_fields(pid)
-    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -295,7 +270,7 @@ class Target:
                             await session.initialize()
                         yield Connection(session, pid)
                     finally:
-                        fields = _stat_fields(pid)
+                        fields = proc_stat_fields(pid)
                         leftovers = ([(pid, fields[19])] if fields else []) + descendants(pid)
             finally:
                 killed = kill_leftovers(leftovers)
@@ -674,18 +649,6 @@ class TargetResult:
     cold_start: list[float] = field(default_factory=list)
     round_trip: list[float] = field(default_factory=list)
     outputs: dict[int, BigResult] = field(default_factory=dict)  # by size in bytes; (d) is in outputs[GIB]
-
-
-def machine() -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    mem = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu": model.group(1).strip() if model else platform.processor(),
-        "memory_gib": round(int(mem.group(1)) / (1 << 20), 1) if mem else None,
-        "kernel": platform.release(),
-    }
 
 
 def versions(targets: list[Target]) -> dict[str, str]:

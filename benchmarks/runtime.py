@@ -39,7 +39,6 @@ import platform
 import pstats
 import re
 import shlex
-import statistics
 import sys
 import tempfile
 import threading
@@ -55,6 +54,7 @@ from typing import Any, TypeVar
 import anyio
 from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation, SessionNotification
+from measure import CLK_TCK, cpu_seconds, machine, median, p90, proc_stat_fields
 
 from hyperhive.config import Config
 from hyperhive.runtime.acp import AcpRuntime, Translator
@@ -80,36 +80,11 @@ BIG_TIMEOUT = 300.0  # one N-update turn
 FOREIGN_MAX = 0.10
 ATTEMPTS = 5  # waiting for a quiet second before each new attempt, up to 15 min in all
 SAMPLE_EVERY = 0.05  # seconds between RSS samples
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Small helpers: statistics, /proc
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def p90(xs: list[float]) -> float:
-    """Nearest-rank 90th percentile."""
-    s = sorted(xs)
-    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
-
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return stat[stat.rindex(b")") + 2 :].split()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process so far (not its children); 0 if it is gone."""
-    fields = _stat_fields(pid)
-    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def rss_kib() -> int:
@@ -127,7 +102,7 @@ def agent_children() -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        fields = _stat_fields(int(entry))
+        fields = proc_stat_fields(int(entry))
         if fields is None or int(fields[1]) != me or fields[0] in (b"Z", b"X"):
             continue
         try:
@@ -902,18 +877,6 @@ async def measure_profile(root: Path, res: Results, log: Callable[[str], None]) 
 
 # ---------------------------------------------------------------------------------------------------------
 # Report
-
-
-def machine() -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    mem = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu": model.group(1).strip() if model else platform.processor(),
-        "memory_gib": round(int(mem.group(1)) / (1 << 20), 1) if mem else None,
-        "kernel": platform.release(),
-    }
 
 
 def versions() -> dict[str, str]:
