@@ -33,11 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 AGENTS = ["claude", "opencode", "claude-agent-acp"]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Agent:
     name: str

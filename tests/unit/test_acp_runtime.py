@@ -31,11 +31,6 @@ from tests.unit.test_acp_harness import acp_runtime, kinds, make_config, texts
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the ACP SDK is asyncio-only
-
-
 # -- what a turn reports -----------------------------------------------------------------------------------
 
 

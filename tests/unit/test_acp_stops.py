@@ -30,11 +30,6 @@ from tests.unit.test_acp_harness import Harness, acp_runtime, alive, make_config
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the ACP SDK is asyncio-only
-
-
 async def cancel_after_first_line(
     h: Harness, prompt: str, *, twice: bool = False
 ) -> tuple[ResultLine, list[StreamLine]]:

@@ -301,11 +301,6 @@ async def test_golden_load_replay_never_reaches_the_turn(capture: str) -> None:
     assert [picture(line) for line in lines] == [("text", "loaded ok")]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- the translator's rules --------------------------------------------------------------------------------------
 
 

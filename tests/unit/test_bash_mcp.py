@@ -19,11 +19,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def dirs(tmp_path: Path) -> tuple[Path, Path]:
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()

@@ -41,11 +41,6 @@ pytestmark = pytest.mark.anyio
 CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Env:
     state: Path

@@ -16,11 +16,6 @@ pytestmark = pytest.mark.anyio
 CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def render(doc: dict[str, Any]) -> list[str]:
     return render_line(line_from_dict(doc))
 

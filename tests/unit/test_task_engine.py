@@ -15,11 +15,6 @@ from hyperhive.tasks.output import read_tail
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_command_that_cannot_start_gets_a_status_and_a_wake(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()

@@ -14,11 +14,6 @@ from tests.unit.bash_client import bash_server, server_env
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def cli(state: Path, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hyperhive", "tasks", *args],

@@ -14,11 +14,6 @@ from hyperhive.runtime.transcript import TranscriptSink, transcript_name
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def init(sid: str | None) -> StreamLine:
     return line_from_dict({"type": "system", "subtype": "init", "session_id": sid})
 
