@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -404,15 +404,8 @@ class TaskEngine:
     ) -> TaskRow:
         wake_msg = None
         if wake:
-            ended = row.__class__(
-                **{
-                    **row.__dict__,
-                    "status": status,
-                    "exit_code": exit_code,
-                    "signal": signal,
-                    "error": error or row.error,
-                }
-            )
+            # The wake is written with the row, in one transaction: describe the row as it is about to be.
+            ended = replace(row, status=status, exit_code=exit_code, signal=signal, error=error or row.error)
             wake_msg = (f"bash-task-{row.id}", self.wake_body(ended))
         return self.store.finish_task(row.id, status, exit_code=exit_code, signal=signal, error=error, wake=wake_msg)
 
