@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,22 @@ class Agent:
     # How the fake provider is told to call our bash tool: the name the agent gives it in `tools`.
     bash_tool_directive: str
 
-    def runtime(self, store: Store, **overrides: Any) -> Runtime:
+    @asynccontextmanager
+    async def running(self, store: Store, **overrides: Any) -> AsyncIterator[Runtime]:
+        """The runtime the harness would build, closed (agent stopped and reaped) whatever the test did."""
         config = self.config if not overrides else Config(**{**self.config.__dict__, **overrides})
-        return make_runtime(config, store)
+        runtime = make_runtime(config, store)
+        try:
+            yield runtime
+        finally:
+            await runtime.aclose()
+
+    @property
+    def provider_path(self) -> str:
+        return "/v1/chat/completions" if self.name == "opencode" else "/v1/messages"
 
     def provider_saw(self, text: str) -> bool:
-        path = "/v1/messages" if self.name != "opencode" else "/v1/chat/completions"
-        return any(text in json.dumps(body) for body in self.provider.requests(path))
+        return any(text in json.dumps(body) for body in self.provider.requests(self.provider_path))
 
 
 @pytest.fixture(params=AGENTS)
@@ -118,11 +128,8 @@ async def turn(runtime: Runtime, prompt: str) -> tuple[ResultLine, ListSink]:
 
 
 async def test_text_turn(agent: Agent, store: Store) -> None:
-    runtime = agent.runtime(store)
-    try:
+    async with agent.running(store) as runtime:
         result, sink = await turn(runtime, "answer with [[say:plain words back]]")
-    finally:
-        await runtime.aclose()
     assert isinstance(sink.lines[0], SystemLine) and sink.lines[0].subtype == "init"
     assert sink.lines[-1] is result or sink.lines[-1] == result
     assert not result.is_error
@@ -139,12 +146,9 @@ async def test_text_turn(agent: Agent, store: Store) -> None:
 
 
 async def test_turn_calling_the_bash_server(agent: Agent, store: Store) -> None:
-    runtime = agent.runtime(store)
     call = {"cmd": "echo from-the-task", "wait_seconds": 10}
-    try:
+    async with agent.running(store) as runtime:
         result, sink = await turn(runtime, f"run it [[tool:{agent.bash_tool_directive} {json.dumps(call)}]]")
-    finally:
-        await runtime.aclose()
     assert not result.is_error
     uses = [
         b
@@ -169,40 +173,30 @@ async def test_turn_calling_the_bash_server(agent: Agent, store: Store) -> None:
 
 
 async def test_cancel_mid_turn(agent: Agent, store: Store) -> None:
-    runtime = agent.runtime(store)
     outcome: dict[str, ResultLine] = {}
-
-    async def run_slow() -> None:
-        outcome["result"], _ = await turn(runtime, "take your time [[slow:60]]")
-
     started = time.monotonic()
-    try:
+    async with agent.running(store) as runtime:
+
+        async def run_slow() -> None:
+            outcome["result"], _ = await turn(runtime, "take your time [[slow:60]]")
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_slow)
             await anyio.sleep(4)
             cancel(runtime)
-    finally:
-        await runtime.aclose()
     assert outcome["result"].stop_reason == "cancelled"
     assert time.monotonic() - started < 30
 
 
 async def test_restart_resumes_the_session(agent: Agent, store: Store) -> None:
-    first = agent.runtime(store)
-    try:
+    async with agent.running(store) as first:
         one, _ = await turn(first, "remember [[say:the-word-is-kumquat]]")
-    finally:
-        await first.aclose()
     with Store(agent.config.db_path) as fresh_store:  # as a restarted harness would
-        second = agent.runtime(fresh_store)
-        try:
+        async with agent.running(fresh_store) as second:
             two, _ = await turn(second, "what was the word? [[say:you said it]]")
-        finally:
-            await second.aclose()
     assert two.session_id == one.session_id
     # The provider got the earlier exchange along with the new prompt.
-    path = "/v1/messages" if agent.name != "opencode" else "/v1/chat/completions"
-    last = [b for b in agent.provider.requests(path) if "what was the word" in json.dumps(b)][-1]
+    last = [b for b in agent.provider.requests(agent.provider_path) if "what was the word" in json.dumps(b)][-1]
     assert "the-word-is-kumquat" in json.dumps(last)
 
 
@@ -214,14 +208,11 @@ async def test_provider_answering_429_ends_in_idle_timeout(
         monkeypatch.setenv("CLAUDE_CODE_MAX_RETRIES", "10")  # retry as in production, not fail fast
     elif agent.name == "claude-agent-acp":
         overrides["acp_env"] = {**agent.config.acp_env, "CLAUDE_CODE_MAX_RETRIES": "10"}
-    runtime = agent.runtime(store, **overrides)
     sink = ListSink()
     started = time.monotonic()
-    try:
+    async with agent.running(store, **overrides) as runtime:
         with anyio.fail_after(120), pytest.raises(IdleTimeout) as err:
             await runtime.run("hello [[status:429]]", sink)
-    finally:
-        await runtime.aclose()
     assert "429" in str(err.value)
     assert time.monotonic() - started < 90
     final = sink.lines[-1]

@@ -96,13 +96,7 @@ class AnthropicHandler(fb.FakeHandler):
 
     def respond_whole(self, reply: fb.Reply, model: str) -> None:
         """Non-streaming answer; a slow reply sleeps first and returns all ticks at once."""
-        if reply.kind == "slow":
-            ticks = []
-            for i in range(1, reply.seconds + 1):
-                ticks.append(f"tick {i}\n")
-                if not self.sleep_tick(1.0):
-                    break
-            reply = fb.Reply("text", text="".join(ticks))
+        reply = self.whole_slow_reply(reply)
         if reply.kind == "tool":
             use = {"type": "tool_use", "id": fb.new_id("toolu_"), "name": reply.tool_name}
             content: list[dict[str, Any]] = [{**use, "input": dict(reply.tool_input)}]

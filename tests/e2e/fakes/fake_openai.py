@@ -113,13 +113,7 @@ class OpenAIHandler(fb.FakeHandler):
 
     def respond_whole(self, reply: fb.Reply, model: str) -> None:
         """Non-streaming answer; a slow reply sleeps first and returns all ticks at once."""
-        if reply.kind == "slow":
-            ticks = []
-            for i in range(1, reply.seconds + 1):
-                ticks.append(f"tick {i}\n")
-                if not self.sleep_tick(1.0):
-                    break
-            reply = fb.Reply("text", text="".join(ticks))
+        reply = self.whole_slow_reply(reply)
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         finish = "stop"
         if reply.kind == "tool":

@@ -316,6 +316,17 @@ class FakeHandler(BaseHTTPRequestHandler):
     def flush(self) -> None:
         self.write_raw(b"")
 
+    def whole_slow_reply(self, reply: Reply) -> Reply:
+        """For a non-streaming request: a slow reply sleeps its seconds first and answers all ticks at once."""
+        if reply.kind != "slow":
+            return reply
+        ticks = []
+        for i in range(1, reply.seconds + 1):
+            ticks.append(f"tick {i}\n")
+            if not self.sleep_tick(1.0):
+                break
+        return Reply("text", text="".join(ticks))
+
     def sleep_tick(self, seconds: float) -> bool:
         """Sleep unless the server is stopping; False means stop streaming now."""
         return not self.server.stopping.wait(seconds)
