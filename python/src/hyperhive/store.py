@@ -68,6 +68,39 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX sessions_current ON sessions(runtime, archived_at);
     """,
+    # 3: the harness's turn loop. A wake counts the turns that tried to carry it (`attempts`), is set aside
+    # after too many failed ones (never retried forever), can be cancelled (a reminder the agent withdrew),
+    # and names the turn that delivered it. Turns are recorded; replies and notices go to the outbox.
+    """
+    ALTER TABLE wakes ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE wakes ADD COLUMN set_aside_at REAL;
+    ALTER TABLE wakes ADD COLUMN set_aside_reason TEXT;
+    ALTER TABLE wakes ADD COLUMN cancelled_at REAL;
+    ALTER TABLE wakes ADD COLUMN turn_id INTEGER;
+    CREATE TABLE turns (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        wake_ids TEXT NOT NULL,
+        prompt_chars INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        stop_reason TEXT,
+        error TEXT,
+        result TEXT,
+        session_id TEXT,
+        context_used INTEGER,
+        context_size INTEGER,
+        cost_usd REAL,
+        duration_ms INTEGER
+    );
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at REAL NOT NULL,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        turn_id INTEGER
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -110,10 +143,17 @@ class WakeRow:
     created_at: float
     not_before: float
     delivered_at: float | None
+    attempts: int = 0
+    set_aside_at: float | None = None
+    set_aside_reason: str | None = None
+    cancelled_at: float | None = None
+    turn_id: int | None = None
 
 
 _TASK_COLUMNS = ", ".join(TaskRow.__dataclass_fields__)
-_WAKE_COLUMNS = ", ".join(WakeRow.__dataclass_fields__)
+WAKE_COLUMNS = ", ".join(WakeRow.__dataclass_fields__)
+# A wake still owed to the agent: neither delivered, nor set aside after failed turns, nor cancelled.
+WAKE_WAITING = "delivered_at IS NULL AND set_aside_at IS NULL AND cancelled_at IS NULL"
 
 
 def _task(row: tuple[object, ...]) -> TaskRow:
@@ -194,6 +234,11 @@ class Store:
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for modules that keep their own queries (the harness's records)."""
+        return self._db
 
     @property
     def schema_version(self) -> int:
@@ -281,15 +326,15 @@ class Store:
         return self.get_wake(wake_id)
 
     def get_wake(self, wake_id: int) -> WakeRow:
-        row = self._db.execute(f"SELECT {_WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,)).fetchone()
+        row = self._db.execute(f"SELECT {WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,)).fetchone()
         if row is None:
             raise KeyError(wake_id)
         return WakeRow(*row)
 
     def pending_wakes(self, *, now: float | None = None) -> list[WakeRow]:
-        """Wakes not yet delivered whose time has come, oldest first."""
+        """Wakes waiting for a turn (not delivered, set aside or cancelled) whose time has come, oldest first."""
         rows = self._db.execute(
-            f"SELECT {_WAKE_COLUMNS} FROM wakes WHERE delivered_at IS NULL AND not_before <= ? ORDER BY id",
+            f"SELECT {WAKE_COLUMNS} FROM wakes WHERE {WAKE_WAITING} AND not_before <= ? ORDER BY id",
             (time.time() if now is None else now,),
         ).fetchall()
         return [WakeRow(*r) for r in rows]

@@ -1,0 +1,231 @@
+"""The harness's durable records over the shared store: turns, the outbox, reminders, wake attempts.
+
+Every change that must not be seen half-done is one transaction: a turn's start and the attempt it costs
+each wake it carries; a turn's end and the delivery of its wakes; a wake set aside and the outbox notice
+that says so. A crash between two of these loses nothing: an undelivered wake is simply carried again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from hyperhive.store import WAKE_COLUMNS, WAKE_WAITING, Store, WakeRow
+
+TurnOutcome = Literal["running", "answered", "cancelled", "failed", "interrupted"]
+OPERATOR = "operator"
+TIMER = "timer"
+HARNESS = "harness"
+AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    id: int
+    started_at: float
+    ended_at: float | None
+    wake_ids: str
+    prompt_chars: int
+    outcome: TurnOutcome
+    stop_reason: str | None
+    error: str | None
+    result: str | None
+    session_id: str | None
+    context_used: int | None
+    context_size: int | None
+    cost_usd: float | None
+    duration_ms: int | None
+
+    @property
+    def wakes(self) -> list[int]:
+        return [int(i) for i in json.loads(self.wake_ids)]
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    created_at: float
+    source: str
+    body: str
+    turn_id: int | None
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """What a turn's end records (the loop fills it from the runtime's result line or error)."""
+
+    outcome: TurnOutcome
+    stop_reason: str | None = None
+    error: str | None = None
+    result: str | None = None
+    session_id: str | None = None
+    context_used: int | None = None
+    context_size: int | None = None
+    cost_usd: float | None = None
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    waiting: int  # due now
+    scheduled: int  # timers not yet due
+    set_aside: int
+
+
+_TURN_COLUMNS = ", ".join(TurnRow.__dataclass_fields__)
+_OUTBOX_COLUMNS = ", ".join(OutboxRow.__dataclass_fields__)
+# Stored results are for `status` and the log, not the transcript (which has every line): keep them short.
+RESULT_CHARS = 2000
+
+
+class Records:
+    """The harness's queries, on one store connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.db = store.db
+
+    # -- wakes ---------------------------------------------------------------------------------------
+
+    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
+        return self.store.add_wake(source, body, not_before=not_before)
+
+    def waiting_wakes(self, *, now: float | None = None, limit: int = 1000) -> list[WakeRow]:
+        return self.store.pending_wakes(now=now)[:limit]
+
+    def next_due(self, *, now: float | None = None) -> float | None:
+        """When the earliest wake that is not yet due becomes due (timers), or None."""
+        (due,) = self.db.execute(
+            f"SELECT MIN(not_before) FROM wakes WHERE {WAKE_WAITING} AND not_before > ?",
+            (time.time() if now is None else now,),
+        ).fetchone()
+        return None if due is None else float(due)
+
+    def counts(self, *, now: float | None = None) -> QueueCounts:
+        now = time.time() if now is None else now
+        waiting, scheduled = self.db.execute(
+            f"SELECT SUM(not_before <= ?), SUM(not_before > ?) FROM wakes WHERE {WAKE_WAITING}", (now, now)
+        ).fetchone()
+        (aside,) = self.db.execute("SELECT COUNT(*) FROM wakes WHERE set_aside_at IS NOT NULL").fetchone()
+        return QueueCounts(int(waiting or 0), int(scheduled or 0), int(aside))
+
+    def set_aside(self, wake_ids: list[int], reason: str) -> None:
+        """Stop retrying these wakes; one outbox notice says so, in the same transaction."""
+        if not wake_ids:
+            return
+        now = time.time()
+        with self.store.transaction() as db:
+            db.executemany(
+                "UPDATE wakes SET set_aside_at = ?, set_aside_reason = ? WHERE id = ? AND delivered_at IS NULL",
+                [(now, reason, i) for i in wake_ids],
+            )
+            ids = ", ".join(str(i) for i in wake_ids)
+            db.execute(
+                "INSERT INTO outbox (created_at, source, body) VALUES (?, ?, ?)",
+                (now, HARNESS, f"wake(s) {ids} set aside, not retried: {reason}"),
+            )
+
+    # -- reminders (timer wakes) ---------------------------------------------------------------------
+
+    def add_reminder(self, after_secs: float, body: str) -> WakeRow:
+        return self.store.add_wake(TIMER, body, not_before=time.time() + after_secs)
+
+    def reminders(self) -> list[WakeRow]:
+        """Timer wakes not yet delivered or cancelled, soonest first."""
+        rows = self.db.execute(
+            f"SELECT {WAKE_COLUMNS} FROM wakes WHERE source = ? AND {WAKE_WAITING} ORDER BY not_before, id",
+            (TIMER,),
+        ).fetchall()
+        return [WakeRow(*r) for r in rows]
+
+    def cancel_reminder(self, wake_id: int) -> bool:
+        """Cancel a reminder that has not been delivered yet; False when there is no such reminder."""
+        cur = self.db.execute(
+            f"UPDATE wakes SET cancelled_at = ? WHERE id = ? AND source = ? AND {WAKE_WAITING}",
+            (time.time(), wake_id, TIMER),
+        )
+        return cur.rowcount == 1
+
+    # -- turns ---------------------------------------------------------------------------------------
+
+    def begin_turn(self, wake_ids: list[int], prompt_chars: int) -> int:
+        """Record a turn's start and count it as an attempt for each wake it carries."""
+        now = time.time()
+        with self.store.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome) VALUES (?, ?, ?, 'running')",
+                (now, json.dumps(wake_ids), prompt_chars),
+            )
+            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in wake_ids])
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def end_turn(self, turn_id: int, end: TurnEnd, *, deliver: list[int]) -> None:
+        """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction."""
+        now = time.time()
+        result = end.result[:RESULT_CHARS] if end.result is not None else None
+        with self.store.transaction() as db:
+            db.execute(
+                "UPDATE turns SET ended_at = ?, outcome = ?, stop_reason = ?, error = ?, result = ?, session_id = ?,"
+                " context_used = ?, context_size = ?, cost_usd = ?, duration_ms = ? WHERE id = ?",
+                (
+                    now,
+                    end.outcome,
+                    end.stop_reason,
+                    end.error,
+                    result,
+                    end.session_id,
+                    end.context_used,
+                    end.context_size,
+                    end.cost_usd,
+                    end.duration_ms,
+                    turn_id,
+                ),
+            )
+            db.executemany(
+                "UPDATE wakes SET delivered_at = ?, turn_id = ? WHERE id = ? AND delivered_at IS NULL",
+                [(now, turn_id, i) for i in deliver],
+            )
+
+    def interrupt_running_turns(self) -> int:
+        """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""
+        cur = self.db.execute(
+            "UPDATE turns SET outcome = 'interrupted', ended_at = ?,"
+            " error = 'the service stopped before the turn ended' WHERE outcome = 'running'",
+            (time.time(),),
+        )
+        return cur.rowcount
+
+    def last_turn(self) -> TurnRow | None:
+        row = self.db.execute(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else TurnRow(*row)
+
+    def turn_count(self) -> int:
+        (n,) = self.db.execute("SELECT COUNT(*) FROM turns").fetchone()
+        return int(n)
+
+    # -- outbox --------------------------------------------------------------------------------------
+
+    def add_outbox(self, source: str, body: str, turn_id: int | None = None) -> OutboxRow:
+        cur = self.db.execute(
+            "INSERT INTO outbox (created_at, source, body, turn_id) VALUES (?, ?, ?, ?)",
+            (time.time(), source, body, turn_id),
+        )
+        assert cur.lastrowid is not None
+        return self.outbox(after=cur.lastrowid - 1, limit=1)[0]
+
+    def outbox(self, *, after: int = 0, limit: int = 100) -> list[OutboxRow]:
+        """Outbox entries with id > `after`, oldest first."""
+        rows = self.db.execute(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+        ).fetchall()
+        return [OutboxRow(*r) for r in rows]
+
+    def outbox_tail(self, count: int) -> list[OutboxRow]:
+        """The last `count` entries, oldest first."""
+        rows = self.db.execute(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox ORDER BY id DESC LIMIT ?", (count,)
+        ).fetchall()
+        return [OutboxRow(*r) for r in reversed(rows)]
