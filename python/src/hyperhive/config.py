@@ -53,7 +53,10 @@ class Config:
 
     def agent_mcp_servers(self) -> McpServers:
         """The MCP servers every agent gets: the configured ones, with our bash server always present."""
-        return self.mcp_servers.with_bash({"HIVE_STATE_DIR": str(self.state_dir), "HIVE_WORKDIR": str(self.workdir)})
+        env = {"HIVE_STATE_DIR": str(self.state_dir), "HIVE_WORKDIR": str(self.workdir)}
+        if self.socket is not None:
+            env["HIVE_SOCKET"] = str(self.socket)
+        return self.mcp_servers.with_bash(env)
 
 
 class _Reader:

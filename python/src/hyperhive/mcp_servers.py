@@ -54,13 +54,25 @@ class McpServers(BaseModel):
     def with_bash(self, env: dict[str, str] | None = None) -> McpServers:
         """The list with our bash server present; the Nix module always adds it, a pip user may not have.
 
-        `env` goes to the added server (the state directory and workdir it must share with the harness):
-        agents do not all pass their own environment on to the MCP servers they start.
+        `env` goes to the bash server (the state directory, workdir and control socket it must share with
+        the harness): agents do not all pass their own environment on to the MCP servers they start. A
+        configured `bash` entry keeps its own values, except `HIVE_SOCKET`, which only the harness knows.
         """
-        if BASH_SERVER in self.servers:
+        env = env or {}
+        current = self.servers.get(BASH_SERVER)
+        if current is None:
+            bash = StdioServer(command=sys.executable, args=["-m", "hyperhive", "bash-mcp"], env=env)
+            return McpServers(mcpServers={BASH_SERVER: bash, **self.servers})
+        if not isinstance(current, StdioServer) or not env:
             return self
-        bash = StdioServer(command=sys.executable, args=["-m", "hyperhive", "bash-mcp"], env=env or {})
-        return McpServers(mcpServers={BASH_SERVER: bash, **self.servers})
+        merged = {**env, **current.env}
+        if "HIVE_SOCKET" in env:
+            merged["HIVE_SOCKET"] = env["HIVE_SOCKET"]
+        return self.with_server(BASH_SERVER, current.model_copy(update={"env": merged}))
+
+    def with_server(self, name: str, server: StdioServer | HttpServer) -> McpServers:
+        """The list with `server` as `name` (replacing an entry of that name)."""
+        return McpServers(mcpServers={**self.servers, name: server})
 
     def allowed_tool_names(self) -> list[str]:
         """claude `--allowedTools` entries: `mcp__<server>__<tool>`, or `mcp__<server>` for every tool."""

@@ -18,7 +18,12 @@ from hyperhive.errors import ConfigError
 
 # name → "module:attribute" of a click command.
 COMMANDS = {
+    "agent": "hyperhive.cli.agent:agent",
     "bash-mcp": "hyperhive.cli.bash_mcp:bash_mcp",
+    "outbox": "hyperhive.cli.operator:outbox",
+    "send": "hyperhive.cli.operator:send",
+    "status": "hyperhive.cli.operator:status",
+    "tail": "hyperhive.cli.operator:tail",
     "tasks": "hyperhive.cli.tasks:tasks",
     "turn": "hyperhive.cli.turn:turn",
 }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import anyio
 import click
@@ -14,10 +16,17 @@ from hyperhive.cli import config_or_exit
 def bash_mcp() -> None:
     """Serve the bash MCP tools (run, status, kill, list) on stdio.
 
-    Standalone it hosts the background tasks itself: they end when the server ends (stdin closed, SIGTERM).
+    Under the harness (HIVE_SOCKET set) every call is forwarded to the service, which hosts the tasks, so
+    they outlive this process. Standalone it hosts the tasks itself: they end when the server ends.
     """
+    logging.basicConfig(level=logging.WARNING, format="hyperhive bash-mcp: %(levelname)s %(message)s")
+    socket = os.environ.get("HIVE_SOCKET")
+    if socket:
+        from hyperhive.bash_mcp.forward import serve_forwarding
+
+        anyio.run(serve_forwarding, Path(socket))
+        return
     from hyperhive.bash_mcp.server import serve_standalone
 
-    logging.basicConfig(level=logging.WARNING, format="hyperhive bash-mcp: %(levelname)s %(message)s")
     config = config_or_exit()
     anyio.run(serve_standalone, config)

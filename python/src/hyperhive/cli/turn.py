@@ -92,6 +92,17 @@ def turn(
 
 
 async def _main(config: Config, prompt: str, resume: bool, render: bool) -> int:
+    from hyperhive.harness.lock import holder
+
+    if (pid := holder(config.state_dir)) is not None:
+        # The service owns this state directory's session: a side turn would archive or fork it.
+        who = f" (pid {pid})" if pid else ""
+        click.echo(
+            f"hyperhive: a hyperhive service{who} runs on {config.state_dir}; `hyperhive send TEXT` gives it a "
+            "message instead, or use another --state-dir for a separate turn",
+            err=True,
+        )
+        return 4
     try:
         store = Store(config.db_path)
     except StoreError as exc:

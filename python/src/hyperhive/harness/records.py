@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -162,8 +163,9 @@ class Records:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def end_turn(self, turn_id: int, end: TurnEnd, *, deliver: list[int]) -> None:
-        """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction."""
+    def end_turn(self, turn_id: int, end: TurnEnd, *, deliver: list[int], refund: Sequence[int] = ()) -> None:
+        """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction, and
+        those in `refund` get back the attempt the turn cost them (a turn the service itself cut short)."""
         now = time.time()
         result = end.result[:RESULT_CHARS] if end.result is not None else None
         with self.store.transaction() as db:
@@ -188,6 +190,7 @@ class Records:
                 "UPDATE wakes SET delivered_at = ?, turn_id = ? WHERE id = ? AND delivered_at IS NULL",
                 [(now, turn_id, i) for i in deliver],
             )
+            db.executemany("UPDATE wakes SET attempts = MAX(0, attempts - 1) WHERE id = ?", [(i,) for i in refund])
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""
@@ -225,7 +228,5 @@ class Records:
 
     def outbox_tail(self, count: int) -> list[OutboxRow]:
         """The last `count` entries, oldest first."""
-        rows = self.db.execute(
-            f"SELECT {_OUTBOX_COLUMNS} FROM outbox ORDER BY id DESC LIMIT ?", (count,)
-        ).fetchall()
+        rows = self.db.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox ORDER BY id DESC LIMIT ?", (count,)).fetchall()
         return [OutboxRow(*r) for r in reversed(rows)]

@@ -1,0 +1,268 @@
+"""The operator's commands: `send`, `status`, `outbox`, `tail` (design.md 3.6).
+
+They talk to the running service over its control socket, and read the store directly when it is down
+(saying so). Exit statuses: 0 done, 1 the request failed, 2 bad configuration, 3 no usable state
+directory, 4 the service is needed (`-f`) but not running.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+import click
+
+from hyperhive.cli import config_or_exit
+from hyperhive.config import Config
+from hyperhive.errors import HyperhiveError, StoreError
+from hyperhive.harness.control import SOCKET_NAME, ControlClient, ControlError, ServiceUnavailable
+
+EXIT_FAILED = 1
+EXIT_STATE = 3
+EXIT_NOT_RUNNING = 4
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    click.echo(f"hyperhive: {message}", err=True)
+    sys.exit(code)
+
+
+def _client(config: Config) -> ControlClient:
+    return ControlClient(config.state_dir / SOCKET_NAME)
+
+
+def _existing_state(config: Config) -> Path:
+    """The state directory, which must exist: an operator command never creates an empty one."""
+    if not config.db_path.is_file():
+        _fail(
+            f"no hyperhive state in {config.state_dir} (no hyperhive.db); start the service with `hyperhive agent` "
+            "or point HIVE_STATE_DIR at its state directory",
+            EXIT_STATE,
+        )
+    return config.state_dir
+
+
+def _records(config: Config) -> Any:
+    from hyperhive.harness.records import Records
+    from hyperhive.store import Store
+
+    _existing_state(config)
+    try:
+        return Records(Store(config.db_path))
+    except StoreError as exc:
+        _fail(str(exc), EXIT_STATE)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -- send --------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--from", "source", default="operator", show_default=True, help="Who the wake is from.")
+def send(text: str | None, source: str) -> None:
+    """Give the agent a message (TEXT, or standard input when TEXT is absent or `-`).
+
+    The wake is stored whether or not the service runs; a running service starts a turn on it at once.
+    """
+    if text is None or text == "-":
+        text = sys.stdin.read()
+    if not text.strip():
+        _fail("nothing to send: the message is empty")
+    config = config_or_exit()
+    try:
+        answer = anyio.run(lambda: _client(config).call("send", body=text, **{"from": source}))
+    except ServiceUnavailable:
+        records = _records(config)
+        wake = records.add_wake(source, text)
+        click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
+        return
+    except ControlError as exc:
+        _fail(exc.message)
+    click.echo(f"wake {answer['wake_id']} sent")
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="As one JSON object.")
+def status(as_json: bool) -> None:
+    """What the service is doing: runtime, session, context, queue, tasks, last turn."""
+    config = config_or_exit()
+    try:
+        info = anyio.run(lambda: _client(config).call("status"))
+        info["up"] = True
+    except ServiceUnavailable:
+        info = _offline_status(config)
+    except ControlError as exc:
+        _fail(exc.message)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(_format_status(info))
+
+
+def _offline_status(config: Config) -> dict[str, Any]:
+    import dataclasses
+
+    records = _records(config)
+    last = records.last_turn()
+    tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in records.store.unfinished_tasks()]
+    return {
+        "up": False,
+        "state": "not running",
+        "runtime": config.runtime,
+        "queue": dataclasses.asdict(records.counts()),
+        "tasks": tasks,
+        "last_turn": dataclasses.asdict(last) if last is not None else None,
+        "turns": records.turn_count(),
+    }
+
+
+def _format_status(info: dict[str, Any]) -> str:
+    lines = []
+    if info.get("up"):
+        svc = info["service"]
+        lines.append(f"service:  running (pid {svc['pid']}, hyperhive {svc['version']}, up {svc['up_secs']} s)")
+    else:
+        lines.append("service:  NOT RUNNING (read from the store)")
+    lines.append(f"state:    {info['state']}")
+    lines.append(f"runtime:  {info['runtime']}" + (f", session {info['session']}" if info.get("session") else ""))
+    context = info.get("context") or {}
+    if context.get("used"):
+        size = context.get("size")
+        share = f" ({100 * context['used'] // size}%)" if size else ""
+        lines.append(f"context:  {context['used']} of {size or '?'} tokens{share}")
+    q = info["queue"]
+    lines.append(f"queue:    {q['waiting']} waiting, {q['scheduled']} scheduled, {q['set_aside']} set aside")
+    tasks = info.get("tasks") or []
+    lines.append(f"tasks:    {len(tasks)} running" + "".join(f"\n  {t['id']}: {t['cmd']}" for t in tasks[:10]))
+    last = info.get("last_turn")
+    if last:
+        took = f", {last['duration_ms'] / 1000:.1f} s" if last.get("duration_ms") else ""
+        error = f": {last['error']}" if last.get("error") else ""
+        lines.append(f"last turn: {last['id']} {last['outcome']} at {_when(last['started_at'])}{took}{error}")
+    lines.append(f"turns:    {info.get('turns', 0)}")
+    return "\n".join(lines)
+
+
+# -- outbox ------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new entries (needs the service).")
+@click.option("-n", "--lines", "count", default=20, show_default=True, help="How many of the last entries.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+def outbox(follow: bool, count: int, as_json: bool) -> None:
+    """What the agent replied (and the service's notices), oldest first."""
+    config = config_or_exit()
+    records = _records(config)
+
+    def show(row: Any) -> None:
+        if as_json:
+            click.echo(json.dumps(row.__dict__), nl=True)
+        else:
+            click.echo(f"[{row.id}] {_when(row.created_at)} {row.source}: {row.body}")
+        sys.stdout.flush()
+
+    last = 0
+    for row in records.outbox_tail(count):
+        show(row)
+        last = row.id
+    if not follow:
+        return
+
+    async def follow_outbox() -> None:
+        nonlocal last
+        async for event in _client(config).stream("subscribe"):
+            if event.get("event") in (None, "outbox"):
+                for row in records.outbox(after=last):
+                    show(row)
+                    last = row.id
+
+    _follow(follow_outbox)
+
+
+def _follow(run: Callable[[], Any]) -> None:
+    try:
+        anyio.run(run)
+    except ServiceUnavailable as exc:
+        _fail(f"{exc.message}; nothing to follow", EXIT_NOT_RUNNING)
+    except KeyboardInterrupt:
+        pass
+    click.echo("hyperhive: the service stopped", err=True)
+
+
+# -- tail --------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
+@click.option("--json", "as_json", is_flag=True, help="The raw stream-json lines instead of readable ones.")
+def tail(follow: bool, as_json: bool) -> None:
+    """The agent's turns as they happen (readable like `hyperhive turn --render`)."""
+    from hyperhive.runtime.render import render_line, use_color
+    from hyperhive.runtime.stream import line_from_dict
+
+    config = config_or_exit()
+    color = use_color(sys.stdout)
+
+    def show_line(doc: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps(doc, ensure_ascii=False))
+        else:
+            try:
+                for text in render_line(line_from_dict(doc), color=color):
+                    click.echo(text)
+            except HyperhiveError:
+                click.echo(json.dumps(doc, ensure_ascii=False))
+        sys.stdout.flush()
+
+    if not follow:
+        _existing_state(config)
+        latest = _latest_transcript(config)
+        if latest is None:
+            click.echo("no turns yet")
+            return
+        for raw in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
+            try:
+                show_line(json.loads(raw))
+            except ValueError:
+                continue
+        return
+
+    async def follow_stream() -> None:
+        async for event in _client(config).stream("subscribe"):
+            kind = event.get("event")
+            if kind == "line":
+                show_line(event["line"])
+            elif as_json:
+                continue
+            elif kind == "turn_start":
+                wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
+                click.echo(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}")
+            elif kind == "turn_end":
+                error = f": {event['error']}" if event.get("error") else ""
+                click.echo(f"── turn {event['turn']} {event['outcome']}{error}")
+            elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
+                click.echo(f"── {event['state']}")
+            elif kind == "dropped":
+                click.echo(f"── {event['reason']}; reconnect to follow again", err=True)
+            sys.stdout.flush()
+
+    _follow(follow_stream)
+
+
+def _latest_transcript(config: Config) -> Path | None:
+    files = sorted(config.transcripts_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None

@@ -1,0 +1,218 @@
+"""The turn loop: waiting wakes become one prompt, the prompt becomes one turn, the turn's end is recorded.
+
+Guarantees (docs/architecture.md, "The turn loop"):
+- a wake is marked delivered only in the transaction that records its turn as answered; a failed, cut or
+  crashed turn leaves it waiting, so it is carried again;
+- every turn that carries a wake counts as an attempt; a wake whose attempts reach `max_attempts` is set
+  aside (an outbox notice and a log line say so) instead of being retried forever: a wake that crashes the
+  service itself is caught the same way, since the attempt is counted when the turn starts;
+- consecutive failures back off exponentially (capped); a success resets the backoff;
+- idle, the loop sleeps on the doorbell (or until the next timer is due): no polling, no CPU;
+- when the context nears the window after a turn, the session is compacted (or archived where the runtime
+  cannot compact), and the log says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from hyperhive.harness.live import FeedSink, JournalSink, LiveFeed
+from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt
+from hyperhive.harness.records import Records, TurnEnd
+from hyperhive.runtime import Runtime
+from hyperhive.runtime.base import Interruptible, Sink, TeeSink
+from hyperhive.runtime.errors import TurnError, Unsupported
+from hyperhive.runtime.stream import ResultLine
+from hyperhive.runtime.transcript import TranscriptSink
+
+log = logging.getLogger("hyperhive.harness")
+
+
+@dataclass(frozen=True)
+class LoopPolicy:
+    max_attempts: int = 3
+    backoff_base: float = 2.0
+    backoff_cap: float = 300.0
+    max_wakes: int = MAX_WAKES
+    max_chars: int = MAX_CHARS
+    # Compact once the context is this full after a turn.
+    compact_at: float = 0.8
+
+    def backoff(self, failures: int) -> float:
+        return float(min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1)))
+
+
+def interrupt(runtime: Runtime) -> bool:
+    """Stop the turn in flight, whichever backend runs it; False when no turn is running."""
+    canceller = runtime.canceller()
+    if canceller is not None:
+        canceller.cancel()
+        return True
+    return isinstance(runtime, Interruptible) and runtime.interrupt()
+
+
+class TurnLoop:
+    def __init__(
+        self,
+        runtime: Runtime,
+        records: Records,
+        *,
+        doorbell: Doorbell,
+        feed: LiveFeed,
+        transcript: TranscriptSink,
+        notifier: SystemdNotifier,
+        policy: LoopPolicy | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.records = records
+        self.doorbell = doorbell
+        self.feed = feed
+        self.transcript = transcript
+        self.notifier = notifier
+        self.policy = policy or LoopPolicy()
+        self.current_turn: int | None = None
+        self.state = "starting"
+        self.failures = 0
+        self.backoff_until: float | None = None
+        self.last_usage: tuple[int | None, int | None] = (None, None)
+        self._stopping = False
+        self._stop_event = anyio.Event()
+
+    # -- control -------------------------------------------------------------------------------------
+
+    def stop(self) -> bool:
+        """Ask the loop to end: the turn in flight is interrupted; returns whether one was."""
+        self._stopping = True
+        self._stop_event.set()
+        self.doorbell.ring()
+        return self.current_turn is not None and interrupt(self.runtime)
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.notifier.status(state)
+        self.feed.publish({"event": "state", "state": state})
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while not self._stopping:
+            self._set_aside_exhausted()
+            wakes = self.records.waiting_wakes(limit=self.policy.max_wakes + 1)
+            if not wakes:
+                due = self.records.next_due()
+                self._set_state("idle")
+                await self.doorbell.wait(None if due is None else max(0.0, due - time.time()))
+                continue
+            prompt = build_prompt(wakes, max_wakes=self.policy.max_wakes, max_chars=self.policy.max_chars)
+            answered = await self.turn(prompt)
+            if answered:
+                self.failures = 0
+                await self._maybe_compact()
+            else:
+                self.failures += 1
+                await self._back_off()
+
+    async def turn(self, prompt: Prompt) -> bool:
+        """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""
+        turn_id = self.records.begin_turn(prompt.wake_ids, len(prompt.text))
+        self.current_turn = turn_id
+        sources = {w.id: w.source for w in self.records.waiting_wakes() if w.id in prompt.wake_ids}
+        self._set_state(f"turn {turn_id}")
+        log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
+        self.feed.publish(
+            {
+                "event": "turn_start",
+                "turn": turn_id,
+                "wakes": [{"id": i, "from": sources.get(i)} for i in prompt.wake_ids],
+            }
+        )
+        sink: Sink = TeeSink(self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
+        started = time.monotonic()
+        end: TurnEnd
+        try:
+            result = await self.runtime.run(prompt.text, sink)
+        except TurnError as exc:
+            end = _end_from(exc.result if isinstance(exc.result, ResultLine) else None, "failed", started)
+            end = TurnEnd(**{**end.__dict__, "error": exc.message})
+            log.warning("turn %d failed: %s", turn_id, exc.message)
+        except BaseException:
+            # The service is going down under us (cancellation) or something unexpected: never delivered,
+            # and the attempt is recorded as cut short (a synchronous write: no cancellation can cut it).
+            self.records.end_turn(
+                turn_id,
+                TurnEnd("interrupted", error="the service stopped during the turn"),
+                deliver=[],
+                refund=prompt.wake_ids if self._stopping else [],
+            )
+            self.current_turn = None
+            raise
+        else:
+            cancelled = result.stop_reason == "cancelled"
+            end = _end_from(result, "cancelled" if cancelled else "answered", started)
+        answered = end.outcome == "answered"
+        # A turn we cut short to stop the service was not the wake's fault: the attempt is given back.
+        refund = prompt.wake_ids if self._stopping and not answered else []
+        self.records.end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund)
+        self.current_turn = None
+        log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
+        self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
+        self.last_usage = (end.context_used, end.context_size)
+        return answered
+
+    # -- after a turn --------------------------------------------------------------------------------
+
+    def _set_aside_exhausted(self) -> None:
+        exhausted = [w.id for w in self.records.waiting_wakes() if w.attempts >= self.policy.max_attempts]
+        if exhausted:
+            reason = f"{self.policy.max_attempts} turns carrying it failed or were cut short"
+            log.error("setting aside wake(s) %s: %s", exhausted, reason)
+            self.records.set_aside(exhausted, reason)
+            self.feed.publish({"event": "outbox"})
+
+    async def _back_off(self) -> None:
+        delay = self.policy.backoff(self.failures)
+        self.backoff_until = time.time() + delay
+        self._set_state(f"backing off {delay:g} s after {self.failures} failed turn(s)")
+        log.info("backing off %g s after %d consecutive failed turn(s)", delay, self.failures)
+        with anyio.move_on_after(delay):
+            await self._stop_event.wait()
+        self.backoff_until = None
+
+    async def _maybe_compact(self) -> None:
+        used, size = self.last_usage
+        if not used or not size or used / size < self.policy.compact_at:
+            return
+        log.info("context at %d%% of the window (%d of %d tokens): compacting", 100 * used // size, used, size)
+        self._set_state("compacting")
+        try:
+            await self.runtime.compact()
+        except Unsupported:
+            log.info("%s cannot compact: archiving the session; the next turn starts fresh", self.runtime.name)
+            await self.runtime.archive()
+        except TurnError as exc:
+            log.warning("compacting failed: %s", exc.message)
+
+
+def _end_from(result: ResultLine | None, outcome: str, started: float) -> TurnEnd:
+    duration = int((time.monotonic() - started) * 1000)
+    if result is None:
+        return TurnEnd(outcome, duration_ms=duration)  # type: ignore[arg-type]
+    usage = result.context_usage
+    cost = (result.model_extra or {}).get("total_cost_usd")
+    return TurnEnd(
+        outcome,  # type: ignore[arg-type]
+        stop_reason=result.stop_reason,
+        error=result.result if result.is_error else None,
+        result=result.result,
+        session_id=result.session_id,
+        context_used=usage.used if usage is not None else None,
+        context_size=usage.size if usage is not None and usage.size else None,
+        cost_usd=float(cost) if isinstance(cost, int | float) and math.isfinite(cost) else None,
+        duration_ms=result.duration_ms or duration,
+    )

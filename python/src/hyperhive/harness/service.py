@@ -1,0 +1,269 @@
+"""`hyperhive agent`: the long-running service, wired together (docs/architecture.md, "The harness service").
+
+    lock the state directory ─ open the store ─ host the task engine ─ serve hyperhive's HTTP tools
+    ─ serve the control socket ─ READY=1 ─ run the turn loop until SIGTERM ─ stop the turn ─ end the tasks
+
+Everything lives in one task group under one cancel scope; the order above is the order of start, and
+shutdown runs it backwards, each step bounded: the turn in flight is interrupted through the runtime
+(its own grace, then the kill ladder), the agent process is closed, and the engine kills every task it
+still runs (recorded `interrupted`, with a wake for the next start). A second SIGTERM/SIGINT stops at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from hyperhive import __version__
+from hyperhive.bash_mcp.jsonrpc import ToolFailure
+from hyperhive.bash_mcp.server import build_tools
+from hyperhive.config import Config
+from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.lock import ServiceLock
+from hyperhive.harness.loop import LoopPolicy, TurnLoop
+from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.records import OPERATOR, Records
+from hyperhive.runtime import Runtime, make_runtime
+from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.store import Store, TaskRow, WakeRow
+from hyperhive.tasks.engine import TaskEngine
+
+log = logging.getLogger("hyperhive.harness")
+
+MAX_WAKE_BODY = 1 << 20
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# After the turn was asked to stop: its own cancel grace, then this much more before the scope is cancelled.
+STOP_MARGIN = 5.0
+
+
+class WakeStore(Store):
+    """The engine's store: every wake it writes (a task's end) rings the loop's doorbell."""
+
+    def __init__(self, *args: Any, doorbell: Doorbell, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.doorbell = doorbell
+
+    def finish_task(self, *args: Any, **kwargs: Any) -> TaskRow:
+        row = super().finish_task(*args, **kwargs)
+        if kwargs.get("wake") is not None:
+            self.doorbell.ring()
+        return row
+
+    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
+        row = super().add_wake(source, body, not_before=not_before)
+        self.doorbell.ring()
+        return row
+
+
+class LiveRecords(Records):
+    """Records whose outbox entries are announced on the live feed (`outbox -f`)."""
+
+    def __init__(self, store: Store, feed: LiveFeed) -> None:
+        super().__init__(store)
+        self.feed = feed
+
+    def add_outbox(self, source: str, body: str, turn_id: int | None = None) -> Any:
+        row = super().add_outbox(source, body, turn_id)
+        self.feed.publish({"event": "outbox", "id": row.id})
+        return row
+
+    def set_aside(self, wake_ids: list[int], reason: str) -> None:
+        super().set_aside(wake_ids, reason)
+        self.feed.publish({"event": "outbox"})
+
+
+@dataclasses.dataclass
+class Service:
+    """The running service's parts, as the control socket's handlers see them."""
+
+    config: Config
+    records: LiveRecords
+    engine: TaskEngine
+    runtime: Runtime
+    loop: TurnLoop
+    feed: LiveFeed
+    doorbell: Doorbell
+    started_at: float
+    http_url: str | None = None
+
+    def handlers(self) -> dict[str, Handler]:
+        tools = {t.name: t for t in build_tools(self.engine)}
+
+        async def ping(req: dict[str, Any]) -> Reply:
+            return Reply({"pid": os.getpid(), "version": __version__, "state": self.loop.state})
+
+        async def send(req: dict[str, Any]) -> Reply:
+            body = req.get("body")
+            source = req.get("from", OPERATOR)
+            if not isinstance(body, str) or not body.strip():
+                raise RequestRefused("bad_request", "send needs a non-empty message body")
+            if len(body.encode("utf-8", "surrogatepass")) > MAX_WAKE_BODY:
+                raise RequestRefused("bad_request", f"the message is over {MAX_WAKE_BODY} bytes; send a file path")
+            if not isinstance(source, str) or not source.strip() or len(source) > 200:
+                raise RequestRefused("bad_request", "`from` must be a short non-empty name")
+            wake = self.records.add_wake(source, _clean(body))
+            self.doorbell.ring()
+            return Reply({"wake_id": wake.id})
+
+        async def status(req: dict[str, Any]) -> Reply:
+            return Reply(self.status())
+
+        async def tool(req: dict[str, Any]) -> Reply:
+            name, arguments = req.get("name"), req.get("arguments", {})
+            target = tools.get(name) if isinstance(name, str) else None
+            if target is None:
+                raise RequestRefused("bad_request", f"unknown bash tool {name!r}; tools: {', '.join(tools)}")
+            if not isinstance(arguments, dict):
+                raise RequestRefused("bad_request", "tool arguments must be an object")
+            try:
+                result = await target.handler(arguments)
+            except ToolFailure as exc:
+                return Reply({"text": str(exc), "structured": None, "is_error": True})
+            return Reply({"text": result.text, "structured": result.structured, "is_error": result.is_error})
+
+        async def subscribe(req: dict[str, Any]) -> Reply:
+            return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.feed.subscribe())
+
+        return {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+
+    def status(self) -> dict[str, Any]:
+        last = self.records.last_turn()
+        counts = self.records.counts()
+        key = getattr(self.runtime, "session_key", self.runtime.name)
+        running = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in self.engine.store.unfinished_tasks()]
+        return {
+            "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
+            "state": self.loop.state,
+            "runtime": self.runtime.name,
+            "session": self.records.store.current_session(key),
+            "context": {"used": self.loop.last_usage[0], "size": self.loop.last_usage[1]} if last is not None else None,
+            "queue": dataclasses.asdict(counts),
+            "tasks": running,
+            "last_turn": dataclasses.asdict(last) if last is not None else None,
+            "turns": self.records.turn_count(),
+            "http": self.http_url,
+        }
+
+
+def _clean(body: str) -> str:
+    """Lone surrogates (from a terminal in a broken locale) cannot be stored as UTF-8: replace them."""
+    return body.encode("utf-8", "replace").decode("utf-8") if any(0xD800 <= ord(c) < 0xE000 for c in body) else body
+
+
+async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
+    """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
+    state = config.state_dir
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    socket_path = state / SOCKET_NAME
+    notifier = SystemdNotifier()
+    with ServiceLock(state):
+        doorbell = Doorbell()
+        feed = LiveFeed()
+        engine_store = WakeStore(config.db_path, doorbell=doorbell)
+        store = Store(config.db_path)
+        records = LiveRecords(store, feed)
+        if (n := records.interrupt_running_turns()) > 0:
+            log.warning("%d turn(s) were still running when the service last stopped; their wakes are carried again", n)
+        # Processes the service starts (the agent, its bash servers, tasks) find the service here.
+        os.environ["HIVE_SOCKET"] = str(socket_path)
+        transcript = TranscriptSink(config.transcripts_dir)
+        try:
+            async with TaskEngine(engine_store, config.tasks_dir, config.workdir) as engine:
+                return await _run(
+                    config,
+                    engine,
+                    records=records,
+                    feed=feed,
+                    doorbell=doorbell,
+                    notifier=notifier,
+                    transcript=transcript,
+                    policy=policy,
+                )
+        finally:
+            transcript.close()
+            store.close()
+            engine_store.close()
+            doorbell.close()
+
+
+async def _run(
+    config: Config,
+    engine: TaskEngine,
+    *,
+    records: LiveRecords,
+    feed: LiveFeed,
+    doorbell: Doorbell,
+    notifier: SystemdNotifier,
+    transcript: TranscriptSink,
+    policy: LoopPolicy | None,
+) -> int:
+    socket_path = config.state_dir / SOCKET_NAME
+    agent_config = dataclasses.replace(config, socket=socket_path)
+    runtime: Runtime | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            http_url = await _start_tools(tg, agent_config, records, doorbell)
+            if http_url is not None:
+                agent_config = dataclasses.replace(agent_config, mcp_servers=http_url[1])
+            runtime = make_runtime(agent_config, records.store)
+            loop = TurnLoop(
+                runtime, records, doorbell=doorbell, feed=feed, transcript=transcript, notifier=notifier, policy=policy
+            )
+            service = Service(
+                agent_config, records, engine, runtime, loop, feed, doorbell, time.time(), http_url and http_url[0]
+            )
+            await tg.start(ControlServer(socket_path, service.handlers()).serve)
+            await tg.start(_watch_signals, loop, tg, config.cancel_grace + STOP_MARGIN, notifier)
+            tg.start_soon(notifier.watchdog)
+            notifier.ready("idle")
+            log.info("hyperhive %s serving %s (runtime %s)", __version__, config.state_dir, runtime.name)
+            await loop.run()
+            tg.cancel_scope.cancel()
+    finally:
+        if runtime is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(config.cancel_grace + STOP_MARGIN):
+                await runtime.aclose()
+    log.info("hyperhive stopped")
+    return 0
+
+
+async def _start_tools(tg: TaskGroup, config: Config, records: Records, doorbell: Doorbell) -> Any:
+    return None
+
+
+async def _watch_signals(
+    loop: TurnLoop,
+    tg: TaskGroup,
+    deadline: float,
+    notifier: SystemdNotifier,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        task_status.started()
+        first = True
+        async for signum in signals:
+            if not first:
+                log.warning("%s again: stopping now", signal.Signals(signum).name)
+                tg.cancel_scope.cancel()
+                return
+            first = False
+            notifier.stopping()
+            interrupted = loop.stop()
+            during = " (interrupting the turn in flight)" if interrupted else ""
+            log.info("%s: stopping%s", signal.Signals(signum).name, during)
+            tg.start_soon(_deadline, tg, deadline)
+
+
+async def _deadline(tg: TaskGroup, after: float) -> None:
+    await anyio.sleep(after)
+    log.warning("the turn did not stop within %g s: cancelling it", after)
+    tg.cancel_scope.cancel()
