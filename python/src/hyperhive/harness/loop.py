@@ -109,7 +109,12 @@ class TurnLoop:
                 self._set_state("idle")
                 await self.doorbell.wait(None if due is None else max(0.0, due - time.time()))
                 continue
-            prompt = build_prompt(wakes, max_wakes=self.policy.max_wakes, max_chars=self.policy.max_chars)
+            prompt = build_prompt(
+                wakes,
+                max_wakes=self.policy.max_wakes,
+                max_chars=self.policy.max_chars,
+                waiting=self.records.counts().waiting,
+            )
             answered = await self.turn(prompt)
             if answered:
                 self.failures = 0

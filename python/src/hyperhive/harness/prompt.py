@@ -40,8 +40,11 @@ def header(wake: WakeRow) -> str:
     return f"--- wake {wake.id} from {wake.source} at {stamp(wake.created_at)} ---"
 
 
-def build_prompt(wakes: list[WakeRow], *, max_wakes: int = MAX_WAKES, max_chars: int = MAX_CHARS) -> Prompt:
-    """The prompt for the oldest wakes that fit; `wakes` must not be empty."""
+def build_prompt(
+    wakes: list[WakeRow], *, max_wakes: int = MAX_WAKES, max_chars: int = MAX_CHARS, waiting: int | None = None
+) -> Prompt:
+    """The prompt for the oldest wakes that fit; `wakes` must not be empty. `waiting`: how many wakes wait
+    in all (default: as many as were passed), to tell the agent how many follow."""
     if not wakes:
         raise ValueError("build_prompt needs at least one wake")
     sections: list[str] = []
@@ -58,7 +61,7 @@ def build_prompt(wakes: list[WakeRow], *, max_wakes: int = MAX_WAKES, max_chars:
         ids.append(wake.id)
         used += len(section) + 2
     count = f"{len(ids)} wake" + ("" if len(ids) == 1 else "s")
-    more = len(wakes) - len(ids)
+    more = (len(wakes) if waiting is None else waiting) - len(ids)
     later = f" {more} more will follow in the next turn." if more > 0 else ""
     preamble = (
         f"[hyperhive] {count}.{later} Reply to the operator with mcp__hyperhive__reply; "

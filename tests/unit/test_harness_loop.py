@@ -1,0 +1,240 @@
+"""The turn loop against an in-memory runtime: delivery, retries, set-aside, batching, timers, stop, compaction."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.loop import LoopPolicy, TurnLoop
+from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.prompt import build_prompt
+from hyperhive.harness.records import Records
+from hyperhive.runtime.base import Sink
+from hyperhive.runtime.errors import IdleTimeout, TurnError, Unsupported
+from hyperhive.runtime.stream import ContextUsage, ResultLine
+from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.store import Store
+
+pytestmark = pytest.mark.anyio
+
+Script = Callable[[str], ResultLine]
+
+
+class FakeRuntime:
+    """Runs each turn through `script(prompt)` (which may raise a TurnError); can be told to hang."""
+
+    name = "fake"
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script = script or (lambda prompt: ResultLine(result="ok", stop_reason="end_turn"))
+        self.prompts: list[str] = []
+        self.hang = False
+        self.started = anyio.Event()
+        self._interrupt = anyio.Event()
+        self.in_turn = False
+        self.compacted = 0
+        self.archived = 0
+        self.can_compact = True
+
+    async def run(self, prompt: str, sink: Sink) -> ResultLine:
+        self.prompts.append(prompt)
+        self.in_turn = True
+        self.started.set()
+        try:
+            if self.hang:
+                await self._interrupt.wait()
+                self._interrupt = anyio.Event()
+                line = ResultLine(result="stopped", stop_reason="cancelled")
+                await sink.emit(line)
+                return line
+            line = self.script(prompt)
+            await sink.emit(line)
+            return line
+        finally:
+            self.in_turn = False
+
+    async def compact(self) -> None:
+        if not self.can_compact:
+            raise Unsupported("compact", self.name)
+        self.compacted += 1
+
+    async def archive(self) -> None:
+        self.archived += 1
+
+    def canceller(self) -> None:
+        return None
+
+    def interrupt(self) -> bool:
+        if not self.in_turn:
+            return False
+        self._interrupt.set()
+        return True
+
+    async def aclose(self) -> None:
+        pass
+
+
+@asynccontextmanager
+async def running_loop(
+    tmp_path: Path, runtime: FakeRuntime, policy: LoopPolicy | None = None
+) -> AsyncIterator[tuple[TurnLoop, Records]]:
+    store = Store(tmp_path / "hyperhive.db")
+    records = Records(store)
+    doorbell = Doorbell()
+    loop = TurnLoop(
+        runtime,  # type: ignore[arg-type]
+        records,
+        doorbell=doorbell,
+        feed=LiveFeed(),
+        transcript=TranscriptSink(tmp_path / "transcripts"),
+        notifier=SystemdNotifier({}),
+        policy=policy or LoopPolicy(backoff_base=0.01, backoff_cap=0.05),
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        try:
+            yield loop, records
+        finally:
+            loop.stop()
+            with anyio.fail_after(5):
+                while loop.current_turn is not None:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    doorbell.close()
+    store.close()
+
+
+async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+async def test_a_wake_becomes_one_turn_and_is_delivered_once_answered(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    async with running_loop(tmp_path, runtime) as (loop, records):
+        wake = records.add_wake("operator", "hello")
+        loop.doorbell.ring()
+        await until(lambda: records.counts().waiting == 0 and loop.current_turn is None and runtime.prompts != [])
+        assert "hello" in runtime.prompts[0]
+        assert "from operator" in runtime.prompts[0]
+        turn = records.last_turn()
+        assert turn is not None and turn.outcome == "answered" and turn.wakes == [wake.id]
+        row = records.store.get_wake(wake.id)
+        assert row.delivered_at is not None and row.turn_id == turn.id and row.attempts == 1
+    assert len(runtime.prompts) == 1
+
+
+async def test_a_failed_turn_leaves_its_wake_waiting_then_a_later_turn_delivers_it(tmp_path: Path) -> None:
+    outcomes = iter([IdleTimeout(1, "fake"), None])
+
+    def script(prompt: str) -> ResultLine:
+        error = next(outcomes)
+        if error is not None:
+            raise error
+        return ResultLine(result="done", stop_reason="end_turn")
+
+    runtime = FakeRuntime(script)
+    async with running_loop(tmp_path, runtime) as (loop, records):
+        wake = records.add_wake("operator", "retry me")
+        loop.doorbell.ring()
+        await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
+        assert len(runtime.prompts) == 2
+        row = records.store.get_wake(wake.id)
+        assert row.attempts == 2
+        first, second = records.db.execute("SELECT outcome FROM turns ORDER BY id").fetchall()
+        assert (first[0], second[0]) == ("failed", "answered")
+
+
+async def test_a_wake_whose_turns_keep_failing_is_set_aside_with_an_outbox_notice(tmp_path: Path) -> None:
+    def script(prompt: str) -> ResultLine:
+        raise TurnError("provider says 429")
+
+    runtime = FakeRuntime(script)
+    policy = LoopPolicy(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+    async with running_loop(tmp_path, runtime, policy) as (loop, records):
+        wake = records.add_wake("operator", "doomed")
+        loop.doorbell.ring()
+        await until(lambda: records.store.get_wake(wake.id).set_aside_at is not None)
+        assert len(runtime.prompts) == 3
+        (notice,) = records.outbox_tail(5)
+        assert notice.source == "harness" and str(wake.id) in notice.body and "set aside" in notice.body
+        await until(lambda: loop.state == "idle")
+        assert records.counts().set_aside == 1
+    assert len(runtime.prompts) == 3  # never retried again
+
+
+async def test_backoff_grows_exponentially_and_is_capped() -> None:
+    policy = LoopPolicy(backoff_base=2, backoff_cap=60)
+    assert [policy.backoff(n) for n in (1, 2, 3, 4, 5, 6, 7)] == [2, 4, 8, 16, 32, 60, 60]
+
+
+async def test_a_burst_of_wakes_is_batched_up_to_the_cap_and_the_rest_waits(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    policy = LoopPolicy(max_wakes=10, backoff_base=0.01)
+    store = Store(tmp_path / "hyperhive.db")
+    for i in range(25):
+        store.add_wake("operator", f"message {i}")
+    store.close()
+    async with running_loop(tmp_path, runtime, policy) as (_loop, records):
+        await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 3)
+    assert [p.count("--- wake ") for p in runtime.prompts] == [10, 10, 5]
+    assert "15 more will follow" in runtime.prompts[0]
+
+
+async def test_a_timer_wake_starts_its_turn_when_due(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    async with running_loop(tmp_path, runtime) as (loop, records):
+        await until(lambda: loop.state == "idle")
+        due = time.time() + 0.3
+        records.add_reminder(0.3, "check the build")
+        loop.doorbell.ring()  # the loop learns of the new due time and sleeps until it
+        await until(lambda: runtime.prompts != [])
+        assert time.time() >= due - 0.01
+        assert "from timer" in runtime.prompts[0] and "check the build" in runtime.prompts[0]
+
+
+async def test_stop_interrupts_the_turn_in_flight_and_gives_its_wake_back_its_attempt(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    runtime.hang = True
+    async with running_loop(tmp_path, runtime) as (loop, records):
+        wake = records.add_wake("operator", "long job")
+        loop.doorbell.ring()
+        with anyio.fail_after(5):
+            await runtime.started.wait()
+        assert loop.stop() is True
+        await until(lambda: loop.current_turn is None)
+    row = Store(tmp_path / "hyperhive.db").get_wake(wake.id)
+    assert row.delivered_at is None and row.attempts == 0  # carried again at the next start, at no cost
+
+
+@pytest.mark.parametrize("can_compact", [True, False])
+async def test_a_nearly_full_context_is_compacted_or_else_archived(tmp_path: Path, can_compact: bool) -> None:
+    runtime = FakeRuntime(
+        lambda p: ResultLine(result="ok", stop_reason="end_turn", context_usage=ContextUsage(used=850, size=1000))
+    )
+    runtime.can_compact = can_compact
+    async with running_loop(tmp_path, runtime) as (loop, records):
+        records.add_wake("operator", "fill it")
+        loop.doorbell.ring()
+        await until(lambda: runtime.compacted + runtime.archived == 1)
+    assert (runtime.compacted, runtime.archived) == ((1, 0) if can_compact else (0, 1))
+
+
+def test_the_prompt_names_each_wakes_source_and_time_and_cuts_a_huge_wake(tmp_path: Path) -> None:
+    with Store(tmp_path / "hyperhive.db") as store:
+        small = store.add_wake("bash-task-7", "task 7 done (exit code 0): make")
+        huge = store.add_wake("operator", "x" * 100_000)
+        prompt = build_prompt([huge, small], max_chars=10_000)
+    assert prompt.wake_ids == [huge.id]  # the first always goes, cut to fit; the next waits
+    assert len(prompt.text) <= 10_000
+    assert f"--- wake {huge.id} from operator at " in prompt.text
+    assert "more characters of this wake left out" in prompt.text
+    both = build_prompt([small], max_chars=10_000)
+    assert f"--- wake {small.id} from bash-task-7 at " in both.text and "make" in both.text
