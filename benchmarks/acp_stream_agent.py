@@ -13,7 +13,8 @@ Driven by `benchmarks/runtime.py`. The prompt text says what a turn answers:
   would write them (`serialize_params` of the `SessionNotification`, the sender's `json.dumps`), and keeps them;
 - `blast:N`: the prepared N lines, written straight to stdout in 64 KiB batches: the same bytes as `stream:N`,
   at the rate of the pipe rather than of the SDK's per-message send (a client's ceiling, not an agent's);
-- anything else: one `agent_message_chunk` ("pong"), then `end_turn`.
+- anything else: one `agent_message_chunk` ("pong"), then `end_turn` (with `--stats`, the prompt's arrival time
+  is appended first: the harness benchmark's clock).
 
 With `--stats PATH`, each `stream:`/`blast:` turn appends one JSON line to PATH: how many updates it sent,
 the wall time and this process's CPU time from the prompt to its last update written.
@@ -166,6 +167,9 @@ class StreamAgent(Agent):
             self.prepared[(session_id, n)] = batches
             return PromptResponse(stop_reason="end_turn")
         if verb not in ("stream", "blast"):
+            if self.stats is not None:  # the harness benchmark: when each prompt arrived
+                with self.stats.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"verb": "arrival", "t": time.time(), "chars": len(text)}) + "\n")
             await self.conn.session_update(session_id, update_agent_message_text("pong"))
             return PromptResponse(stop_reason="end_turn")
         n = int(arg)
