@@ -134,8 +134,11 @@ def mcp_tool_input(name: str, raw_input: Any) -> dict[str, Any]:
     if not isinstance(raw_input, dict):
         return {} if raw_input is None else {"input": raw_input}
     wrapped = raw_input.get("arguments")
-    wrapper = set(raw_input) <= {"server", "tool", "arguments"} and isinstance(wrapped, dict)
-    if wrapper and name == f"mcp__{raw_input.get('server')}__{raw_input.get('tool')}":
+    if (
+        isinstance(wrapped, dict)
+        and set(raw_input) <= {"server", "tool", "arguments"}
+        and name == f"mcp__{raw_input.get('server')}__{raw_input.get('tool')}"
+    ):
         return dict(wrapped)
     return raw_input
 
