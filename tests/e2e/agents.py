@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hyperhive import agents as hive_agents
+from hyperhive.agents import AGENTS, AgentProfile
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = REPO_ROOT / "peers"
 PEERS_BIN = PEERS_DIR / "node_modules" / ".bin"
@@ -27,7 +30,7 @@ PEERS_BIN = PEERS_DIR / "node_modules" / ".bin"
 CLAUDE_NATIVE = PEERS_DIR / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
 FAKES_DIR = Path(__file__).resolve().parent / "fakes"
 MCP_ECHO_SERVER = FAKES_DIR / "mcp_echo_server.py"
-AGENT_BINS = ("claude", "opencode", "claude-agent-acp")
+AGENT_BINS = tuple(profile.executable for profile in AGENTS.values())
 INSTALL_HINT = "run `npm install --prefix peers` from the repository root"
 
 DEFAULT_TIMEOUT = 60.0
@@ -75,18 +78,19 @@ def claude_env(tmp_path: Path, fake_anthropic: HasUrl | str, *, max_retries: int
     work as root; ``CLAUDE_CODE_MAX_RETRIES=0`` makes provider errors fail at once instead of backing
     off for minutes (pass ``max_retries`` to test retries).
     """
-    env = base_env(tmp_path / "home_claude")
-    env.update(
-        ANTHROPIC_BASE_URL=_origin(fake_anthropic),
-        ANTHROPIC_API_KEY="dummy",
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        DISABLE_TELEMETRY="1",
-        DISABLE_AUTOUPDATER="1",
-        DISABLE_ERROR_REPORTING="1",
-        IS_SANDBOX="1",
-        CLAUDE_CODE_MAX_RETRIES=str(max_retries),
-    )
+    _, env = profile_env(AGENTS["claude"], tmp_path / "home_claude", fake_anthropic)
+    env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     return env
+
+
+def profile_env(profile: AgentProfile, home: Path, fake: HasUrl | str) -> tuple[list[str], dict[str, str]]:
+    """The agent's extra arguments and environment from its profile (hyperhive.agents), pointed at `fake`,
+    with its HOME files written: how an operator would set it up, with a throwaway HOME."""
+    setup = profile.setup(_origin(fake), "dummy")
+    env = base_env(home)
+    env.update(setup.env)
+    setup.write_home_files(home)
+    return list(setup.args), env
 
 
 def claude_acp_env(tmp_path: Path, fake_anthropic: HasUrl | str, *, max_retries: int = 0) -> dict[str, str]:
@@ -102,29 +106,8 @@ def claude_acp_env(tmp_path: Path, fake_anthropic: HasUrl | str, *, max_retries:
 
 
 def opencode_config(fake_openai: HasUrl | str, **overrides: Any) -> dict[str, Any]:
-    """opencode config using the fake provider as model ``fake/fake-model``; ``overrides`` are top-level keys."""
-    config: dict[str, Any] = {
-        "$schema": "https://opencode.ai/config.json",
-        "model": "fake/fake-model",
-        "small_model": "fake/fake-model",
-        "autoupdate": False,
-        "share": "disabled",
-        "provider": {
-            "fake": {
-                "npm": "@ai-sdk/openai-compatible",  # bundled in the binary, nothing is downloaded
-                "name": "Fake",
-                "options": {"baseURL": f"{_origin(fake_openai)}/v1", "apiKey": "dummy"},
-                "models": {
-                    "fake-model": {
-                        "name": "Fake Model",
-                        "tool_call": True,
-                        "limit": {"context": 100000, "output": 4096},
-                    }
-                },
-            }
-        },
-    }
-    config.update(overrides)
+    """opencode config using the fake provider as model ``hive/hive-model``; ``overrides`` are top-level keys."""
+    config: dict[str, Any] = {**hive_agents.opencode_config(_origin(fake_openai), "dummy"), **overrides}
     return config
 
 
@@ -136,17 +119,24 @@ def opencode_env(tmp_path: Path, fake_openai: HasUrl | str, **config_overrides: 
     ``npm install @opencode-ai/plugin``; the dead loopback registry makes that fail fast and harmlessly.
     Session data lives in ``$XDG_DATA_HOME/opencode/opencode.db``.
     """
-    env = base_env(tmp_path / "home_opencode")
+    _, env = profile_env(AGENTS["opencode"], tmp_path / "home_opencode", fake_openai)
     env.update(
         OPENCODE_CONFIG_CONTENT=json.dumps(opencode_config(fake_openai, **config_overrides)),
-        OPENCODE_DISABLE_MODELS_FETCH="1",
-        OPENCODE_DISABLE_AUTOUPDATE="1",
-        OPENCODE_DISABLE_LSP_DOWNLOAD="1",
-        OPENCODE_DISABLE_SHARE="1",
-        OPENCODE_DISABLE_CLAUDE_CODE="1",  # don't read ~/.claude prompts/skills
         npm_config_registry="http://127.0.0.1:9/",
     )
     return env
+
+
+def gemini_env(tmp_path: Path, fake_gemini: HasUrl | str) -> dict[str, str]:
+    """Env for ``gemini --acp`` against the fake Gemini API, with ``~/.gemini/settings.json`` selecting
+    API-key auth (hyperhive.agents has the details)."""
+    _, env = profile_env(AGENTS["gemini"], tmp_path / "home_gemini", fake_gemini)
+    return env
+
+
+def codex_setup(tmp_path: Path, fake_openai: HasUrl | str) -> tuple[list[str], dict[str, str]]:
+    """Arguments (``-c`` provider settings) and env for ``codex-acp`` against the fake Responses API."""
+    return profile_env(AGENTS["codex"], tmp_path / "home_codex", fake_openai)
 
 
 def claude_mcp_config(name: str = "fake", server: Path = MCP_ECHO_SERVER) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import agents
+from tests.e2e.fakes import fake_gemini
 from tests.e2e.fakes.fake_anthropic import FakeAnthropic
 from tests.e2e.fakes.fake_openai import FakeOpenAI
 from tests.e2e.fakes.fakebase import parse_tool_directive
@@ -238,6 +239,154 @@ def test_openai_status_non_stream_and_models(fake_openai: FakeOpenAI) -> None:
     assert [m["id"] for m in json.loads(text)["data"]] == ["fake-model"]
 
 
+# --- OpenAI Responses (codex) --------------------------------------------------------------------------
+
+
+def responses_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    return anthropic_events(text)  # the same `event: X` / `data: {json}` framing
+
+
+def responses_body(items: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"model": "gpt-5.4", "stream": True, "input": items, "tools": tools or []}
+
+
+def user_item(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def test_responses_text_stream_skips_developer_messages(fake_openai: FakeOpenAI) -> None:
+    developer = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "[[say:no]]"}]}
+    status, _, text = call(
+        f"{fake_openai.v1_url}/responses", responses_body([user_item("[[say:two words]]"), developer])
+    )
+    assert status == 200
+    events = responses_events(text)
+    names = [name for name, _ in events]
+    assert names[0] == "response.created" and names[-1] == "response.completed"
+    assert all(data["type"] == name for name, data in events)
+    deltas = "".join(d["delta"] for name, d in events if name == "response.output_text.delta")
+    assert deltas == "two words"
+    done = next(d["item"] for name, d in events if name == "response.output_item.done")
+    assert done["content"][0]["text"] == "two words"
+    assert events[-1][1]["response"]["usage"]["total_tokens"] == 15
+
+
+def test_responses_namespaced_mcp_tool_call_and_its_output(fake_openai: FakeOpenAI) -> None:
+    tools = [
+        {"type": "function", "name": "exec_command"},
+        {"type": "namespace", "name": "mcp__bash", "tools": [{"type": "function", "name": "run"}]},
+    ]
+    prompt = user_item('go [[tool:mcp__bash__run {"cmd":"ls"}]]')
+    _, _, text = call(f"{fake_openai.v1_url}/responses", responses_body([prompt], tools))
+    events = responses_events(text)
+    item = next(d["item"] for name, d in events if name == "response.output_item.done")
+    assert (item["type"], item["namespace"], item["name"]) == ("function_call", "mcp__bash", "run")
+    assert json.loads(item["arguments"]) == {"cmd": "ls"}
+    joined = "".join(d["delta"] for name, d in events if name == "response.function_call_arguments.delta")
+    assert json.loads(joined) == {"cmd": "ls"}
+
+    output = {"type": "function_call_output", "call_id": item["call_id"], "output": "file.txt"}
+    _, _, text = call(f"{fake_openai.v1_url}/responses", responses_body([prompt, item, output], tools))
+    deltas = "".join(d["delta"] for name, d in responses_events(text) if name == "response.output_text.delta")
+    assert deltas == "tool result was: file.txt"
+
+
+def test_responses_status_and_non_stream(fake_openai: FakeOpenAI) -> None:
+    tools = [{"type": "function", "name": "exec_command"}]
+    status, headers, text = call(
+        f"{fake_openai.v1_url}/responses", responses_body([user_item("[[status:429]]")], tools)
+    )
+    assert (status, headers.get("retry-after")) == (429, "1")
+    assert json.loads(text)["error"]["message"] == "fake status 429"
+    body = {**responses_body([user_item("[[say:whole]]")]), "stream": False}
+    status, _, text = call(f"{fake_openai.v1_url}/responses", body)
+    assert json.loads(text)["output"][0]["content"][0]["text"] == "whole"
+
+
+# --- Gemini -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gemini(tmp_path: Path) -> Any:
+    server, _ = fake_gemini.start(port=0, log_path=tmp_path / "fake_gemini.jsonl")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def gemini_body(contents: list[dict[str, Any]], tools: list[str] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"contents": contents, "generationConfig": {"temperature": 1}}
+    if tools is not None:
+        body["tools"] = [{"functionDeclarations": [{"name": n, "parametersJsonSchema": {}} for n in tools]}]
+    return body
+
+
+def gemini_chunks(text: str) -> list[dict[str, Any]]:
+    return [json.loads(frame.removeprefix("data: ")) for frame in text.strip().split("\r\n\r\n")]
+
+
+def gemini_parts(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [part for c in chunks for part in c["candidates"][0]["content"]["parts"]]
+
+
+def test_gemini_stream_text_and_finish(gemini: Any) -> None:
+    url = f"{gemini.url}/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+    status, headers, text = call(url, gemini_body([{"role": "user", "parts": [{"text": "[[say:a b c]]"}]}], ["x"]))
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    chunks = gemini_chunks(text)
+    assert "".join(p["text"] for p in gemini_parts(chunks)) == "a b c"
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert chunks[-1]["usageMetadata"]["totalTokenCount"] == 15
+
+
+def test_gemini_function_call_then_function_response(gemini: Any) -> None:
+    url = f"{gemini.url}/v1beta/models/m:streamGenerateContent?alt=sse"
+    prompt = {"role": "user", "parts": [{"text": '[[tool:mcp_bash_run {"cmd":"ls"}]]'}]}
+    _, _, text = call(url, gemini_body([prompt], ["run_shell_command", "mcp_bash_run"]))
+    (part,) = gemini_parts(gemini_chunks(text))
+    assert part["functionCall"] == {"name": "mcp_bash_run", "args": {"cmd": "ls"}}
+
+    contents = [
+        prompt,
+        {"role": "model", "parts": [part]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "mcp_bash_run", "response": {"output": "ok"}}}]},
+    ]
+    _, _, text = call(url, gemini_body(contents, ["mcp_bash_run"]))
+    assert "".join(p["text"] for p in gemini_parts(gemini_chunks(text))) == 'tool result was: {"output": "ok"}'
+
+
+def test_gemini_json_schema_question_gets_valid_json_whatever_the_prompt(gemini: Any) -> None:
+    schema = {
+        "type": "OBJECT",
+        "properties": {
+            "reasoning": {"type": "STRING"},
+            "model_choice": {"type": "STRING", "enum": ["flash", "pro"]},
+            "score": {"type": "INTEGER"},
+        },
+        "required": ["reasoning", "model_choice"],
+    }
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "[[status:429]] [[slow:30]]"}]}],
+        "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": schema},
+    }
+    status, _, text = call(f"{gemini.url}/v1beta/models/gemini-2.5-flash-lite:generateContent", body)
+    assert status == 200
+    answer = json.loads(json.loads(text)["candidates"][0]["content"]["parts"][0]["text"])
+    assert answer == {"reasoning": "fake", "model_choice": "flash"}
+
+
+def test_gemini_status_count_tokens_and_models(gemini: Any) -> None:
+    url = f"{gemini.url}/v1beta/models/m:generateContent"
+    status, headers, text = call(url, gemini_body([{"role": "user", "parts": [{"text": "[[status:429]]"}]}], ["x"]))
+    assert (status, headers.get("retry-after")) == (429, "1")
+    assert json.loads(text)["error"]["status"] == "RESOURCE_EXHAUSTED"
+    status, _, text = call(f"{gemini.url}/v1beta/models/m:countTokens", {"contents": []})
+    assert status == 200 and json.loads(text)["totalTokens"] > 0
+    status, _, text = call(f"{gemini.url}/v1beta/models")
+    assert status == 200 and json.loads(text)["models"]
+
+
 # --- Shared parsing, script mode, MCP server ------------------------------------------------------
 
 
@@ -249,7 +398,7 @@ def test_parse_tool_directive() -> None:
     assert parse_tool_directive("[[tool:a [1]]]", {"a"}) is None
 
 
-@pytest.mark.parametrize("script", ["fake_anthropic.py", "fake_openai.py"])
+@pytest.mark.parametrize("script", ["fake_anthropic.py", "fake_openai.py", "fake_gemini.py"])
 def test_script_mode_port_file_and_log(tmp_path: Path, script: str) -> None:
     port_file, log = tmp_path / "port", tmp_path / "log.jsonl"
     args = [sys.executable, str(agents.FAKES_DIR / script), "--port", "0", "--port-file", str(port_file)]
@@ -259,8 +408,14 @@ def test_script_mode_port_file_and_log(tmp_path: Path, script: str) -> None:
         while not port_file.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         port = int(port_file.read_text())
-        path = "/v1/messages" if "anthropic" in script else "/v1/chat/completions"
-        body = {"model": "m", "stream": False, "messages": [{"role": "user", "content": "hi"}]}
+        path = {
+            "fake_anthropic.py": "/v1/messages",
+            "fake_openai.py": "/v1/chat/completions",
+            "fake_gemini.py": "/v1beta/models/m:generateContent",
+        }[script]
+        body: dict[str, Any] = {"model": "m", "stream": False, "messages": [{"role": "user", "content": "hi"}]}
+        if script == "fake_gemini.py":
+            body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
         status, _, _ = call(f"http://127.0.0.1:{port}{path}", body)
         assert status == 200
         entry = json.loads(log.read_text().splitlines()[0])

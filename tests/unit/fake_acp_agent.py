@@ -43,9 +43,13 @@ from acp import (
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AuthenticateResponse,
+    AuthEnvVar,
+    AuthMethodAgent,
     AvailableCommand,
     AvailableCommandsUpdate,
     CloseSessionResponse,
+    EnvVarAuthMethod,
     Implementation,
     McpCapabilities,
     PermissionOption,
@@ -73,6 +77,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM")
     p.add_argument("--cancel-answer", default="cancelled", help="stop reason after a cancel (opencode: end_turn)")
     p.add_argument("--replay", type=int, default=1, help="replay each past turn this many times on load")
+    p.add_argument("--auth-methods", default="", help="comma-separated auth method ids to offer (env_var: id=VAR)")
+    p.add_argument("--require-auth", action="store_true", help="session/new: auth_required until authenticated")
     p.add_argument("--grandchild", action="store_true", help="start a `sleep` that shares its stdio and group")
     return p.parse_args()
 
@@ -102,6 +108,7 @@ class FakeAgent(Agent):
         self.cancels: dict[str, asyncio.Event] = {}
         self.mcp_servers: list[Any] = []
         self.all_closed = asyncio.Event()
+        self.authenticated: str | None = None
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -123,9 +130,33 @@ class FakeAgent(Agent):
                 session_capabilities=SessionCapabilities(close=SessionCloseCapabilities() if self.args.close else None),
             ),
             agent_info=Implementation(name=self.args.name, version="0.1"),
+            auth_methods=self.auth_methods(),
         )
 
+    def auth_methods(self) -> list[Any]:
+        """`--auth-methods login,key=KEY_VAR`: a plain (agent) method, and an env_var method reading KEY_VAR."""
+        methods: list[Any] = []
+        for spec in filter(None, self.args.auth_methods.split(",")):
+            method_id, _, var = spec.partition("=")
+            if var:
+                methods.append(
+                    EnvVarAuthMethod(type="env_var", id=method_id, name=f"Use {var}", vars=[AuthEnvVar(name=var)])
+                )
+            else:
+                methods.append(AuthMethodAgent(id=method_id, name=f"Log in ({method_id})"))
+        return methods
+
+    async def authenticate(self, method_id: str, **kw: Any) -> AuthenticateResponse:
+        log_call("authenticate", method_id=method_id)
+        if method_id not in {m.id for m in self.auth_methods()}:
+            raise RequestError.invalid_params({"methodId": method_id})
+        self.authenticated = method_id
+        return AuthenticateResponse()
+
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kw: Any) -> NewSessionResponse:
+        if self.args.require_auth and self.authenticated is None:
+            log_call("session/new", refused="auth_required")
+            raise RequestError.auth_required()
         sid = f"sess-{os.getpid()}-{len(self.sessions)}"
         self.mcp_servers = [s.model_dump(mode="json", by_alias=True, exclude_none=True) for s in mcp_servers or []]
         log_call("session/new", session_id=sid, cwd=cwd, mcp_servers=self.mcp_servers)

@@ -251,6 +251,38 @@ async def test_agent_exiting_at_start_is_refused_with_its_stderr(tmp_path: Path)
     assert "fatal: cannot start (fake)" in error.message
 
 
+async def test_agent_requiring_auth_without_a_method_is_refused_naming_what_it_offers(tmp_path: Path) -> None:
+    async with acp_runtime(tmp_path, "--auth-methods", "browser-login,api-key=FAKE_KEY", "--require-auth") as h:
+        error, lines = await h.failing_turn("say:x", AgentRefused)
+        assert h.calls("authenticate") == []  # never guessed, not even the env-var method
+    assert "requires authentication" in error.message
+    assert "HIVE_ACP_AUTH_METHOD" in error.message
+    assert "'browser-login'" in error.message and "'api-key' (Use FAKE_KEY, reads FAKE_KEY)" in error.message
+    assert error.data["auth_methods"] == ["browser-login", "api-key"]
+    assert_failed_result(error, lines)
+
+
+async def test_configured_auth_method_is_used_before_the_session_opens(tmp_path: Path) -> None:
+    flags = ("--auth-methods", "browser-login,api-key=FAKE_KEY", "--require-auth")
+    async with acp_runtime(tmp_path, *flags, acp_auth_method="api-key") as h:
+        sink = ListSink()
+        result = await h.runtime.run("say:authenticated", sink)
+        methods = [c["method"] for c in h.calls()]
+        assert [c["method_id"] for c in h.calls("authenticate")] == ["api-key"]
+    assert not result.is_error and "authenticated" in texts(sink.lines)
+    assert methods.index("authenticate") < methods.index("session/new")
+
+
+async def test_auth_method_the_agent_does_not_offer_is_refused_at_start(tmp_path: Path) -> None:
+    async with acp_runtime(tmp_path, "--auth-methods", "api-key=FAKE_KEY", acp_auth_method="api_key") as h:
+        error, _ = await h.failing_turn("say:x", AgentRefused)
+        assert h.calls("authenticate") == [] and h.calls("session/new") == []
+        assert not alive(h.agent_pids()[0])
+    assert "HIVE_ACP_AUTH_METHOD is 'api_key'" in error.message
+    assert "'api-key'" in error.message
+    assert error.data["auth_methods"] == ["api-key"]
+
+
 async def test_missing_executable_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path, acp_command=str(tmp_path / "no-such-agent")) as h:
         error, lines = await h.failing_turn("say:x", AgentRefused)

@@ -424,6 +424,10 @@ def test_tool_content_of_every_kind_becomes_text() -> None:
         ("fake_http_add", "mcp__fake_http__add"),  # the longest server name wins
         ("fake_http", "mcp__fake__http"),
         ("my_server_tool", "mcp__my.server__tool"),  # opencode's sanitized server name
+        ("Tool: fake/echo", "mcp__fake__echo"),  # codex-acp
+        ("echo (fake_http MCP Server)", "mcp__fake_http__echo"),  # gemini-cli
+        ("Tool: other/echo", None),
+        ("echo (other MCP Server)", None),
         ("bash", None),
         ("fake_", None),
         ("webfetch", None),
@@ -431,6 +435,20 @@ def test_tool_content_of_every_kind_becomes_text() -> None:
 )
 def test_mcp_tool_name(title: str, expected: str | None) -> None:
     assert mcp_tool_name(title, ["fake", "fake_http", "my.server", "bash", "web"]) == expected
+
+
+def test_codex_style_wrapped_mcp_arguments_become_the_tool_input() -> None:
+    raw = {"server": "fake", "tool": "echo", "arguments": {"text": "ping"}}
+    _, lines = translate(
+        [
+            update("tool_call", toolCallId="c", title="Tool: fake/echo", status="in_progress", rawInput=raw),
+            update("tool_call_update", toolCallId="c", status="completed", rawOutput={"isError": False}),
+        ]
+    )
+    assert lines[0] == ("tool_use", "c", "mcp__fake__echo", {"text": "ping"})
+    # A dict that only looks like the wrapper, for another tool, stays as it is.
+    _, lines = translate([update("tool_call", toolCallId="d", title="run", status="in_progress", rawInput=raw)])
+    assert lines[0] == ("tool_use", "d", "run", raw)
 
 
 def test_tool_name_prefers_claudes_meta_then_mcp_then_title_then_kind() -> None:

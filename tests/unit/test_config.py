@@ -50,9 +50,11 @@ def test_full_acp_configuration_is_typed(tmp_path: Path) -> None:
             "HIVE_MCP_SERVERS": str(servers),
             "HIVE_WORKDIR": str(tmp_path),
             "HIVE_IDLE_TIMEOUT": "90",
+            "HIVE_ACP_AUTH_METHOD": "gemini-api-key",
         }
     )
     assert config.acp_args == ("acp",)
+    assert config.acp_auth_method == "gemini-api-key"
     assert config.acp_env == {"OPENCODE_DISABLE_AUTOUPDATE": "1"}
     assert config.idle_timeout == 90
     files, web = config.mcp_servers.servers["files"], config.mcp_servers.servers["web"]
@@ -90,6 +92,18 @@ def test_every_bad_variable_is_named_at_once(tmp_path: Path) -> None:
     assert "mcpServers.x.http.url" in problems["HIVE_MCP_SERVERS"]
     assert "must be a positive number" in problems["HIVE_IDLE_TIMEOUT"]
     assert str(tmp_path / "missing") in problems["HIVE_WORKDIR"]
+
+
+def test_acp_auth_method_is_unset_by_default(tmp_path: Path) -> None:
+    assert load_config({"HIVE_WORKDIR": str(tmp_path)}).acp_auth_method is None
+
+
+@pytest.mark.parametrize("raw", ["", "   ", " gemini-api-key"])
+def test_acp_auth_method_set_blank_or_padded_is_refused(tmp_path: Path, raw: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config({"HIVE_ACP_AUTH_METHOD": raw, "HIVE_WORKDIR": str(tmp_path)})
+    assert list(err.value.problems) == ["HIVE_ACP_AUTH_METHOD"]
+    assert "unset" in err.value.problems["HIVE_ACP_AUTH_METHOD"]
 
 
 def test_acp_runtime_requires_its_command(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ class Config:
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
     acp_env: Mapping[str, str] = field(default_factory=dict)
+    # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
+    acp_auth_method: str | None = None
     mcp_servers: McpServers = field(default_factory=McpServers)
     state_dir: Path = field(default_factory=lambda: Path(".hyperhive").absolute())
     workdir: Path = field(default_factory=Path.cwd)
@@ -98,6 +100,19 @@ class _Reader:
             return {}
         return value
 
+    def auth_method(self, name: str) -> str | None:
+        """An ACP auth method id: unset means none; set, it must be a non-blank id without spaces around it."""
+        if name not in self.env:
+            return None
+        raw = self.env[name]
+        if not raw.strip() or raw != raw.strip():
+            self.problems[name] = (
+                f"expected an auth method id the agent offers (for example 'gemini-api-key'), got {raw!r}; "
+                "leave it unset when the agent needs no authentication"
+            )
+            return None
+        return raw
+
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)
         if raw is None:
@@ -148,6 +163,7 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
     acp_command = r.get("HIVE_ACP_COMMAND")
     acp_args = r.json_strings("HIVE_ACP_ARGS")
     acp_env = r.json_env("HIVE_ACP_ENV")
+    acp_auth_method = r.auth_method("HIVE_ACP_AUTH_METHOD")
 
     mcp_servers = McpServers()
     mcp_path = r.get("HIVE_MCP_SERVERS")
@@ -179,6 +195,7 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
         "acp_command": acp_command,
         "acp_args": acp_args,
         "acp_env": acp_env,
+        "acp_auth_method": acp_auth_method,
         "mcp_servers": mcp_servers,
         "state_dir": state_dir,
         "workdir": workdir,

@@ -1,10 +1,15 @@
-"""Fake OpenAI chat-completions API on loopback, steered by directives in the prompt (stdlib only).
+"""Fake OpenAI API on loopback: chat completions and Responses, steered by directives in the prompt (stdlib only).
 
 Run: ``python3 fake_openai.py --port 0 --port-file F --log oai.jsonl``; in-process: ``start()``.
 Directives are described in ``fakebase``; the default answer is ``hi from fake openai``. Tool names are
 matched exactly against ``tools[].function.name`` (opencode names MCP tools ``<server>_<tool>``).
 opencode's title-generation requests (``tools: []``) embed the user's prompt; since they carry no tools
 they never get a tool call, an error or a slow stream, just a short title.
+
+``POST /v1/responses`` is the Responses API that codex speaks (codex removed ``wire_api = "chat"``): the
+request's ``input`` items are read the same way (trailing ``function_call_output`` items are tool results),
+tool names come from ``tools[].name`` (functions) and ``tools[].tools[].name`` (namespaces), and the stream
+is ``event: response.*`` frames ending in ``response.completed``.
 """
 
 from __future__ import annotations
@@ -65,6 +70,48 @@ def tool_names(body: dict[str, Any]) -> set[str]:
     return names
 
 
+def response_tool_names(body: dict[str, Any]) -> dict[str, tuple[str | None, str]]:
+    """Function tools of a Responses request: directive name -> (namespace, function name).
+
+    codex groups each MCP server's tools under a ``namespace`` tool named ``mcp__<server>``; such a tool
+    is offered to directives as ``mcp__<server>__<tool>`` (the name claude gives it too).
+    """
+    names: dict[str, tuple[str | None, str]] = {}
+    for tool in body.get("tools") if isinstance(body.get("tools"), list) else []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("type") == "function":
+            names[tool["name"]] = (None, tool["name"])
+        elif tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            for inner in tool["tools"]:
+                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                    names[f"{tool['name']}__{inner['name']}"] = (tool["name"], inner["name"])
+    return names
+
+
+def latest_input(items: Any) -> fb.Latest:
+    """Latest Responses ``input`` item: trailing ``function_call_output`` items are tool results, else the
+    latest user message (``developer``/``system`` messages, codex's instructions, are skipped)."""
+    if isinstance(items, str):
+        return fb.Latest(text=items)
+    if not isinstance(items, list):
+        return fb.Latest()
+    results: list[str] = []
+    for item in reversed(items):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "function_call_output":
+            output = item.get("output")
+            results.insert(0, output if isinstance(output, str) else fb.content_text(output))
+            continue
+        if results:
+            break
+        if kind == "message" and item.get("role") == "user":
+            return fb.Latest(text=fb.content_text(item.get("content")))
+    return fb.Latest(tool_results=results) if results else fb.Latest()
+
+
 def is_title_request(body: dict[str, Any]) -> bool:
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -87,6 +134,9 @@ class OpenAIHandler(fb.FakeHandler):
     def do_POST(self) -> None:
         body, raw = self.read_json()
         path = self.path.split("?")[0]
+        if path == "/v1/responses" and isinstance(body, dict):
+            self.answer_responses(body, raw)
+            return
         if path != "/v1/chat/completions" or not isinstance(body, dict):
             self.log_request_entry(body, raw)
             self.send_error_json(404 if path != "/v1/chat/completions" else 400, f"cannot handle POST {self.path}")
@@ -179,9 +229,105 @@ class OpenAIHandler(fb.FakeHandler):
             chunk([], usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
         self.write_raw(b"data: [DONE]\n\n")
 
+    # -- Responses API (codex) ------------------------------------------------------------------------
+
+    def answer_responses(self, body: dict[str, Any], raw: str) -> None:
+        tools = response_tool_names(body)
+        reply = fb.decide(latest_input(body.get("input")), set(tools), DEFAULT_TEXT)
+        self.log_request_entry(body, raw, reply.describe())
+        model = str(body.get("model") or MODELS[0])
+        if reply.kind == "status":
+            headers = {"retry-after": "1"} if reply.retry_after else {}
+            self.send_error_json(reply.status, f"fake status {reply.status}", headers)
+            return
+        if not body.get("stream"):
+            reply = self.whole_slow_reply(reply)
+            item = self.response_item(reply, tools)
+            self.send_json(200, self.response_object(model, "completed", [item]))
+            return
+        self.start_sse()
+        self.response_event("response.created", response=self.response_object(model, "in_progress", []))
+        if reply.kind == "tool":
+            item = self.response_item(reply, tools)
+            self.response_event("response.output_item.added", output_index=0, item={**item, "arguments": ""})
+            args = item["arguments"]
+            for piece in (args[: len(args) // 2], args[len(args) // 2 :]):  # clients must join the deltas
+                self.response_event(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=piece
+                )
+            self.response_event("response.output_item.done", output_index=0, item=item)
+            self.response_event("response.completed", response=self.response_object(model, "completed", [item]))
+            return
+        message_id = fb.new_id("msg_")
+        empty = {"type": "message", "id": message_id, "role": "assistant", "status": "in_progress", "content": []}
+        self.response_event("response.output_item.added", output_index=0, item=empty)
+        pieces: list[str] = []
+        if reply.kind == "slow":
+            for i in range(1, reply.seconds + 1):
+                pieces.append(f"tick {i}\n")
+                self.text_delta(message_id, pieces[-1])
+                if not self.sleep_tick(1.0):
+                    return
+        else:
+            for piece in fb.chunk_text(reply.text):
+                pieces.append(piece)
+                self.text_delta(message_id, piece)
+        item = self.response_item(fb.Reply("text", text="".join(pieces)), {}, message_id)
+        self.response_event("response.output_item.done", output_index=0, item=item)
+        self.response_event("response.completed", response=self.response_object(model, "completed", [item]))
+
+    def text_delta(self, item_id: str, delta: str) -> None:
+        self.response_event("response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=delta)
+
+    def response_event(self, name: str, **data: Any) -> None:
+        self.write_raw(f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode())
+
+    @staticmethod
+    def response_item(
+        reply: fb.Reply, tools: dict[str, tuple[str | None, str]], item_id: str | None = None
+    ) -> dict[str, Any]:
+        if reply.kind == "tool":
+            namespace, name = tools.get(reply.tool_name, (None, reply.tool_name))
+            call = {
+                "type": "function_call",
+                "id": item_id or fb.new_id("fc_"),
+                "call_id": fb.new_id("call_"),
+                "name": name,
+                "arguments": json.dumps(dict(reply.tool_input)),
+                "status": "completed",
+            }
+            return call if namespace is None else {**call, "namespace": namespace}
+        return {
+            "type": "message",
+            "id": item_id or fb.new_id("msg_"),
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+        }
+
+    @staticmethod
+    def response_object(model: str, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        response: dict[str, Any] = {
+            "id": fb.new_id("resp_"),
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": status,
+            "output": output,
+        }
+        if status == "completed":
+            response["usage"] = {
+                "input_tokens": 10,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 15,
+            }
+        return response
+
 
 class FakeOpenAI(fb.FakeServer):
-    """Fake OpenAI chat-completions API (POST /v1/chat/completions, SSE) for end-to-end tests."""
+    """Fake OpenAI API (POST /v1/chat/completions and /v1/responses, SSE) for end-to-end tests."""
 
     name = "fake_openai"
     handler_class = OpenAIHandler

@@ -39,6 +39,9 @@ logger = logging.getLogger("hyperhive.runtime.acp")
 AcpMcpServer = McpServerStdio | HttpMcpServer
 # Bound on the best-effort session/close (at shutdown and archive): it only frees the agent's resources.
 _CLOSE_TIMEOUT = 2.0
+# ACP's `auth_required` error code: the agent wants `authenticate` before it opens a session.
+AUTH_REQUIRED = -32000
+AUTH_VARIABLE = "HIVE_ACP_AUTH_METHOD"
 
 
 def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
@@ -93,12 +96,16 @@ class AgentLink:
         policy: PermissionPolicy,
         start_timeout: float,
         max_line_bytes: int,
+        auth_method: str | None = None,
     ) -> AgentLink:
-        """Spawn and initialize the agent; `AgentRefused` (with the agent reaped) when it is unusable."""
+        """Spawn and initialize the agent, then `authenticate` with `auth_method` when one is given;
+        `AgentRefused` (with the agent reaped) when it is unusable."""
         process = await AgentProcess.spawn(command, args, env=agent_environment(env), cwd=cwd)
         link = cls(process, command, policy, max_line_bytes)
         try:
             await link._initialize(start_timeout)
+            if auth_method is not None:
+                await link.authenticate(auth_method, within=start_timeout)
         except BaseException:
             await link.close()
             raise
@@ -140,6 +147,48 @@ class AgentLink:
                 "are served over HTTP MCP, so an agent without HTTP MCP support cannot use them",
             )
         logger.info("%s initialized (loadSession: %s)", self.label, self.can_load)
+
+    async def authenticate(self, method_id: str, *, within: float) -> None:
+        """`authenticate` with the operator's chosen method, which must be one the agent offers.
+
+        The method is never guessed: some (a Google or ChatGPT login) would send the operator to a browser.
+        """
+        offered = self.auth_methods()
+        if method_id not in offered:
+            raise AgentRefused(
+                self.label,
+                f"{AUTH_VARIABLE} is {method_id!r}, but the agent offers "
+                + (f"only these auth methods: {describe_auth_methods(offered)}" if offered else "no auth methods"),
+                auth_method=method_id,
+                auth_methods=list(offered),
+            )
+        try:
+            with anyio.fail_after(within):
+                await self.conn.authenticate(method_id=method_id)
+        except TimeoutError:
+            tail = await self._tail_after_kill()
+            raise AgentRefused(self.label, f"it did not answer authenticate within {within:g} s{tail}") from None
+        except ConnectionError:
+            raise AgentRefused(self.label, f"it stopped during authenticate: {await self.lost()}") from None
+        except RequestError as exc:
+            raise AgentRefused(
+                self.label, f"authenticate with {method_id!r} failed: {rpc_error(exc)}", auth_method=method_id
+            ) from exc
+        except ValidationError as exc:
+            raise AgentRefused(self.label, f"its authenticate answer is not valid ACP: {invalid_reason(exc)}") from exc
+        logger.info("%s: authenticated with %s", self.label, method_id)
+
+    def auth_methods(self) -> dict[str, str]:
+        """The auth methods the agent offered in `initialize`: id -> how an operator recognises it."""
+        methods = self.init.auth_methods if self.init is not None else None
+        out: dict[str, str] = {}
+        for method in methods or []:
+            label = method.name
+            variables = [v.name for v in getattr(method, "vars", None) or []]
+            if variables:
+                label += f", reads {', '.join(variables)}"
+            out[method.id] = label
+        return out
 
     # -- what the agent offers ---------------------------------------------------------------------------
 
@@ -186,12 +235,26 @@ class AgentLink:
         except ConnectionError:
             raise await self.lost() from None
         except RequestError as exc:
+            if exc.code == AUTH_REQUIRED:
+                raise self._auth_required(exc) from exc
             raise AgentRefused(self.label, f"session/new failed: {rpc_error(exc)}") from exc
         except ValidationError as exc:
             raise ProtocolError(f"the answer to session/new is not valid ACP: {invalid_reason(exc)}") from exc
         self.session_id = response.session_id
         logger.info("%s: new session %s", self.label, self.session_id)
         return response.session_id
+
+    def _auth_required(self, exc: RequestError) -> AgentRefused:
+        offered = self.auth_methods()
+        if offered:
+            hint = f"set {AUTH_VARIABLE} to one of the methods it offers: {describe_auth_methods(offered)}"
+        else:
+            hint = "it offers no auth method over ACP; configure its credentials in its environment or files"
+        return AgentRefused(
+            self.label,
+            f"it requires authentication ({rpc_error(exc)}); {hint}",
+            auth_methods=list(offered),
+        )
 
     async def load_session(self, session_id: str, cwd: Path, servers: list[AcpMcpServer], *, within: float) -> None:
         """`session/load`; `LoadFailed` when the agent cannot (the replay it sends is dropped by the gate)."""
@@ -270,6 +333,10 @@ class AgentLink:
         await self.close()
         tail = (await self.process.stderr_tail(0.5)).strip()
         return f"; the end of its stderr:\n{tail}" if tail else ""
+
+
+def describe_auth_methods(methods: dict[str, str]) -> str:
+    return "; ".join(f"{method_id!r} ({label})" for method_id, label in methods.items())
 
 
 def rpc_error(exc: RequestError) -> str:

@@ -307,6 +307,7 @@ class AcpRuntime:
                 policy=self.permission_policy,
                 start_timeout=self.start_timeout,
                 max_line_bytes=self.max_line_bytes,
+                auth_method=self.config.acp_auth_method,
             )
             if self._closed:  # aclose() ran while it was starting
                 await link.shutdown(grace=self.shutdown_grace)

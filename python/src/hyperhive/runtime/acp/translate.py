@@ -89,17 +89,31 @@ _FINISHED = frozenset({"completed", "failed"})
 UNFINISHED_TOOL_RESULT = "the turn ended before this tool call finished"
 
 
+# Titles that name an MCP server and its tool in so many words: "Tool: <server>/<tool>" (codex-acp 0.16)
+# and "<tool> (<server> MCP Server)" (gemini-cli 0.61). Only a known server name makes them a match.
+_SPELLED_OUT_TITLES = (
+    re.compile(r"^Tool: (?P<server>[^/]+)/(?P<tool>\S+)$"),
+    re.compile(r"^(?P<tool>\S+) \((?P<server>.+) MCP Server\)$"),
+)
+
+
 def mcp_tool_name(title: str, servers: Iterable[str]) -> str | None:
     """`mcp__<server>__<tool>` for a title naming a tool of a known MCP server, else None.
 
-    claude-agent-acp already says `mcp__<server>__<tool>`. opencode says `<server>_<tool>`, which is
-    ambiguous when server names share a prefix (`fake` and `fake_http`), so the longest known server name
-    that prefixes the title wins.
+    claude-agent-acp already says `mcp__<server>__<tool>`; codex-acp and gemini-cli spell the server and
+    tool out (`_SPELLED_OUT_TITLES`). opencode says `<server>_<tool>`, which is ambiguous when server
+    names share a prefix (`fake` and `fake_http`), so the longest known server name that prefixes the
+    title wins.
     """
     if title.startswith("mcp__"):
         return title
+    known = set(servers)
+    for pattern in _SPELLED_OUT_TITLES:
+        match = pattern.match(title)
+        if match and match.group("server") in known:
+            return f"mcp__{match.group('server')}__{match.group('tool')}"
     best: tuple[str, str] | None = None
-    for server in servers:
+    for server in known:
         # opencode keeps only [A-Za-z0-9_-] of a server name in its tool names.
         for prefix in {server, re.sub(r"[^A-Za-z0-9_-]", "_", server)}:
             fits = title.startswith(prefix + "_") and len(title) > len(prefix) + 1
@@ -109,6 +123,24 @@ def mcp_tool_name(title: str, servers: Iterable[str]) -> str | None:
         return None
     prefix, server = best
     return f"mcp__{server}__{title[len(prefix) + 1 :]}"
+
+
+def mcp_tool_input(name: str, raw_input: Any) -> dict[str, Any]:
+    """The tool's own arguments from an ACP `rawInput`.
+
+    codex-acp wraps an MCP call's arguments as `{"server", "tool", "arguments"}`; when that wrapper names
+    the same tool as `name`, its `arguments` are the input. Any other dict is the input itself.
+    """
+    if not isinstance(raw_input, dict):
+        return {} if raw_input is None else {"input": raw_input}
+    wrapped = raw_input.get("arguments")
+    if (
+        isinstance(wrapped, dict)
+        and set(raw_input) <= {"server", "tool", "arguments"}
+        and name == f"mcp__{raw_input.get('server')}__{raw_input.get('tool')}"
+    ):
+        return dict(wrapped)
+    return raw_input
 
 
 def tool_name(title: str | None, kind: str | None, meta: dict[str, Any] | None, servers: Iterable[str]) -> str:
@@ -316,8 +348,7 @@ class Translator:
     def _use(self, call: _ToolCall) -> list[StreamLine]:
         lines = self._flush()
         call.used = True
-        raw = call.raw_input
-        tool_input = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+        tool_input = mcp_tool_input(call.name, call.raw_input)
         lines.append(self._assistant(ToolUseBlock(id=call.id, name=call.name, input=tool_input)))
         return lines
 
