@@ -219,6 +219,7 @@ class TaskEngine:
         self._unwritten: dict[int, TaskRow] = {}
         self._leftovers: dict[int, _Leftover] = {}
         self._db_limiter: anyio.CapacityLimiter | None = None
+        self._read_store: Store | None = None
         self._tg: TaskGroup | None = None
         self._closing = False
         self._pid = os.getpid()
@@ -247,7 +248,12 @@ class TaskEngine:
         with anyio.CancelScope(shield=True):
             await self.shutdown()
         self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(et, e, tb)
+        try:
+            return await self._tg.__aexit__(et, e, tb)
+        finally:
+            if self._read_store is not None:
+                self._read_store.close()
+                self._read_store = None
 
     def _prepare_tasks_dir(self) -> None:
         """`harness/bash-tasks`, 0700; a clear StoreError if it cannot be (say it is a file)."""
@@ -425,15 +431,30 @@ class TaskEngine:
         return KillResult(self.view(row), survived, was_running=True)
 
     def list(self, limit: int = 100) -> list[TaskRow]:
-        """The newest tasks, newest first. Synchronous (a WAL read never waits for a writer), through a
-        connection of its own with a short busy timeout; tasks whose change is still unwritten come from
-        memory. Raises StoreUnavailable if the store cannot be read."""
+        """The newest tasks, newest first; tasks whose change is still unwritten come from memory.
+
+        Synchronous, on the loop: through `_reader` (a WAL read never waits for a writer, and its busy
+        timeout is short). Raises StoreUnavailable if the store cannot be read.
+        """
         try:
-            with Store(self.store.path, busy_timeout_ms=250) as reader:
-                rows = reader.list_tasks(limit=limit)
+            rows = self._reader().list_tasks(limit=limit)
         except (sqlite3.Error, StoreError) as exc:
             raise StoreUnavailable(f"cannot list the tasks: {exc}") from exc
         return [self._memory_row(r.id) or r for r in rows]
+
+    def _reader(self) -> Store:
+        """A connection of the event loop's own, for the few reads that must not await the worker thread."""
+        if self._read_store is None:
+            self._read_store = Store(self.store.path, busy_timeout_ms=100)
+        return self._read_store
+
+    def _kill_requested_elsewhere(self, tid: int) -> bool:
+        try:
+            row = self._reader().find_task(tid)
+        except (sqlite3.Error, StoreError) as exc:
+            log.warning("task %d: cannot read whether a kill was requested: %s", tid, exc)
+            return False
+        return row is not None and row.kill_requested
 
     def view(self, row: TaskRow) -> TaskView:
         left = self._leftovers.get(row.id)
@@ -662,11 +683,10 @@ class TaskEngine:
 
     async def _record_end(self, live: _Live, code: int) -> _End:
         """Decide the end (status, wake or not) at this instant, and let waiters see it at once."""
-        try:
-            # Another process may have asked for the kill (`hyperhive tasks kill`): read the row first.
-            row = await self._row(live.id)
-        except StoreUnavailable:
-            row = live.row
+        row = live.row
+        # Another process may have asked for the kill (`hyperhive tasks kill`): a read that never waits.
+        if not live.kill_requested and self._kill_requested_elsewhere(live.id):
+            live.kill_requested = True
         # From here to `done.set()` nothing awaits: the decision (wake or not) and the waiters agree.
         self._live.pop(live.id, None)
         status: TaskStatus
@@ -675,7 +695,7 @@ class TaskEngine:
             status, error = "interrupted", "interrupted: the process hosting the task stopped"
         elif live.timed_out:
             status = "timed_out"
-        elif live.kill_requested or row.kill_requested:
+        elif live.kill_requested:
             status = "killed"
         else:
             status = "done"
