@@ -98,7 +98,7 @@ async def test_end_written_after_a_locked_database_carries_its_wake_once(tmp_pat
         tid = (
             await engine.run("touch go; while [ ! -e done ]; do sleep 0.02; done; echo bye", wait_seconds=0)
         ).view.row.id
-        await until(lambda: (tmp_path / "go").exists(), "task started")
+        await until((tmp_path / "go").exists, "task started")
         (tmp_path / "done").touch()
         await until(lambda: store.failures >= 3, "a few failed writes")
         assert (await engine.status(tid)).row.status == "done"
@@ -165,6 +165,12 @@ async def test_status_of_a_task_that_replaced_its_output_by_a_fifo_does_not_hang
             assert view_dict(view)["stdout"]["problem"]
 
 
+def gone_pid() -> int:
+    """The pid of a process that has exited (a crashed engine, for the rows it left)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    return int(dead.stdout)
+
+
 @contextmanager
 def orphan_ignoring_term() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], start_new_session=True)
@@ -177,12 +183,11 @@ def orphan_ignoring_term() -> Iterator[subprocess.Popen[bytes]]:
 
 
 async def test_recovery_of_slow_orphans_runs_in_the_background(tmp_path: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead_pid = gone_pid()
     with orphan_ignoring_term() as orphan, Store(tmp_path / "db") as store:
         ids = []
         for _ in range(3):  # recovered one after another, this would take 3 s before the engine answers
-            row = store.create_task("orphan", str(tmp_path), None, dead.pid, "1")
+            row = store.create_task("orphan", str(tmp_path), None, dead_pid, "1")
             ids.append(row.id)
         store.mark_running(ids[0], orphan.pid, process_start(orphan.pid) or "?", 1.0)
         async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
