@@ -15,6 +15,7 @@ on a worker thread, so that a busy wait never stalls the event loop).
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -254,20 +255,26 @@ class Store:
 
     @staticmethod
     def _create_private(path: Path) -> None:
-        """Create the database file 0600 ourselves: SQLite gives its -wal and -shm the database's mode."""
+        """Create a missing database file 0600 ourselves: SQLite gives its -wal and -shm the same mode.
+
+        Only ever with O_EXCL on a file that does not exist yet: opening and closing an existing database
+        file would drop every POSIX lock this process's SQLite connections hold on it (fcntl locks belong
+        to the process, and any close releases them), silently breaking their WAL locking.
+        """
+        if path.exists():
+            return
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            return  # another process created it just now
         except OSError as exc:
-            if exc.errno == 30:  # EROFS
+            if exc.errno == errno.EROFS:
                 raise StoreError(f"the state directory {path.parent} is read-only", path=str(path)) from exc
-            if not path.exists():
-                raise StoreError(
-                    f"cannot create the state database {path}: {exc.strerror or exc}", path=str(path)
-                ) from exc
+            raise StoreError(f"cannot create the state database {path}: {exc.strerror or exc}", path=str(path)) from exc
 
     def _check_ours(self) -> None:
         """Refuse a SQLite database another program made (version 0, yet tables we did not create)."""
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
         if version != 0:
             return
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -283,7 +290,7 @@ class Store:
     def _enable_wal(self, timeout: float) -> None:
         """Switch to WAL once (it persists in the file). Switching needs an exclusive lock and SQLite does
         not apply the busy timeout to it, so processes creating the database together retry here."""
-        if self._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        if self._db.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal":
             return
         deadline = time.monotonic() + timeout
         while True:
@@ -319,7 +326,7 @@ class Store:
             raise
 
     def _migrate(self) -> None:
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has schema version {version}, newer than this hyperhive knows "
@@ -332,16 +339,23 @@ class Store:
             return
         with self.transaction() as db:
             # Another process may have migrated between our read and our lock: read again under the lock.
-            (version,) = db.execute("PRAGMA user_version").fetchone()
+            (version,) = db.execute("PRAGMA user_version").fetchall()[0]
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step].split(";"):
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _one(self, sql: str, args: tuple[object, ...]) -> Any:
+        """The first row, with the statement run to its end. Never `fetchone()` here: a statement left
+        unfinished keeps the connection's transaction open, so its reads see an old snapshot and, in
+        autocommit mode, its writes are not committed until that statement is reset."""
+        rows = self._db.execute(sql, args).fetchall()
+        return rows[0] if rows else None
+
     @property
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._db.execute("PRAGMA user_version").fetchall()[0][0])
 
     # -- tasks ---------------------------------------------------------------------------------------
 
@@ -356,7 +370,7 @@ class Store:
         return self.get_task(cur.lastrowid)
 
     def get_task(self, task_id: int) -> TaskRow:
-        row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        row = self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
         if row is None:
             raise KeyError(task_id)
         return _task(row)
@@ -455,7 +469,7 @@ class Store:
         return self.get_wake(wake_id)
 
     def get_wake(self, wake_id: int) -> WakeRow:
-        row = self._db.execute(f"SELECT {_WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,)).fetchone()
+        row = self._one(f"SELECT {_WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,))
         if row is None:
             raise KeyError(wake_id)
         return WakeRow(*row)
@@ -480,10 +494,10 @@ class Store:
 
     def current_session(self, runtime: str) -> str | None:
         """The session the runtime resumes next turn, or None for a fresh one."""
-        row = self._db.execute(
+        row = self._one(
             "SELECT session_id FROM sessions WHERE runtime = ? AND archived_at IS NULL ORDER BY id DESC LIMIT 1",
             (runtime,),
-        ).fetchone()
+        )
         return None if row is None else str(row[0])
 
     def record_session(self, runtime: str, session_id: str) -> None:
