@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperhive.store import Store
 from tests.unit.bash_client import bash_server, server_env
 
 pytestmark = pytest.mark.anyio
@@ -49,11 +50,13 @@ async def test_list_show_and_kill_a_task_hosted_by_the_server(tmp_path: Path) ->
 
 
 def test_unknown_task_is_an_error_naming_the_id(tmp_path: Path) -> None:
+    Store(tmp_path / "state" / "hyperhive.db").close()
     proc = cli(tmp_path / "state", tmp_path, "show", "77")
     assert proc.returncode == 1
     assert "no task with id '77'" in proc.stderr
 
 
 def test_empty_store_lists_no_tasks(tmp_path: Path) -> None:
+    Store(tmp_path / "state" / "hyperhive.db").close()
     proc = cli(tmp_path / "state", tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "no tasks\n")

@@ -173,9 +173,10 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
         except McpServersError as exc:
             r.problems["HIVE_MCP_SERVERS"] = exc.message
 
-    state_raw = r.get("HIVE_STATE_DIR") or r.get("STATE_DIRECTORY") or ".hyperhive"
-    # systemd may pass several StateDirectory= entries separated by ':'; the first is ours.
-    state_dir = Path(state_raw.split(":")[0]).absolute()
+    # HIVE_STATE_DIR is taken literally (a ':' in it is part of the path); only systemd's STATE_DIRECTORY
+    # is a ':'-separated list (one entry per StateDirectory=), and the first entry is ours.
+    state_raw = r.get("HIVE_STATE_DIR") or (r.get("STATE_DIRECTORY") or "").split(":")[0] or ".hyperhive"
+    state_dir = Path(state_raw).absolute()
     if state_dir.exists() and not state_dir.is_dir():
         r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
 

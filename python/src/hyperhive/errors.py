@@ -31,7 +31,7 @@ class ConfigError(HyperhiveError):
 
 
 class StoreError(HyperhiveError):
-    """The state database cannot be opened, migrated or written."""
+    """The state directory or database cannot be opened, migrated or written (exit status 3)."""
 
 
 class TaskError(HyperhiveError):
@@ -41,3 +41,32 @@ class TaskError(HyperhiveError):
 class UnknownTask(TaskError):
     def __init__(self, task_id: object) -> None:
         super().__init__(f"no task with id {task_id!r}; list() shows the known tasks", task_id=str(task_id))
+
+
+class StoreUnavailable(StoreError, TaskError):
+    """The state database cannot be read or written right now (disk full, locked, read-only).
+
+    A `TaskError` too, so a tool call answers with this message (an `isError` result) instead of failing;
+    the engine keeps running and retries what it must record.
+    """
+
+
+# Exit statuses of every hyperhive command (docs/architecture.md, "Exit statuses").
+EXIT_FAILED = 1  # the operation did not succeed (unknown task, a kill that left processes, a failed turn)
+EXIT_CONFIG = 2  # bad configuration (HIVE_* variables)
+EXIT_STATE = 3  # the state directory or database cannot be used
+EXIT_BUSY = 4  # the state directory is a running service's (a second service, `turn`), or `-f` needs one
+
+
+class ServiceRunning(HyperhiveError):
+    """Another hyperhive service already runs on this state directory."""
+
+
+def exit_status(exc: HyperhiveError) -> int:
+    if isinstance(exc, ConfigError):
+        return EXIT_CONFIG
+    if isinstance(exc, StoreError):
+        return EXIT_STATE
+    if isinstance(exc, ServiceRunning):
+        return EXIT_BUSY
+    return EXIT_FAILED

@@ -6,17 +6,25 @@ version (`PRAGMA user_version`) and moves forward only, one migration at a time,
 
 `synchronous=NORMAL`: a commit survives any process crash (the WAL is in the kernel's hands); only a
 power loss can drop the last commits. That is the durability a restart needs, without an fsync per write.
+
+The state is private (wake bodies carry task output): the directory is 0700 and the database with its
+`-wal`/`-shm` 0600 whatever the umask; a directory others can write is refused (`prepare_state_dir`).
+A connection may be used from any thread, one thread at a time (the task engine keeps its store calls
+on a worker thread, so that a busy wait never stalls the event loop).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from hyperhive.errors import StoreError
 
@@ -101,7 +109,14 @@ MIGRATIONS: tuple[str, ...] = (
         turn_id INTEGER
     );
     """,
+    # 4: what a task used, read from its cgroup when it ran in one (CPU time, peak memory).
+    """
+    ALTER TABLE tasks ADD COLUMN cpu_usec INTEGER;
+    ALTER TABLE tasks ADD COLUMN memory_peak INTEGER;
+    """,
 )
+# The tables migration 1 creates: a version-0 database holding any other table is not ours.
+_OWN_TABLES = frozenset({"tasks", "wakes", "sessions", "sqlite_sequence"})
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -123,6 +138,9 @@ class TaskRow:
     owner_pid: int
     owner_start: str
     kill_requested: bool
+    # From the task's cgroup, when it ran in one: CPU time (user + system) and peak memory in bytes.
+    cpu_usec: int | None = None
+    memory_peak: int | None = None
 
     @property
     def final(self) -> bool:
@@ -156,32 +174,163 @@ WAKE_COLUMNS = ", ".join(WakeRow.__dataclass_fields__)
 WAKE_WAITING = "delivered_at IS NULL AND set_aside_at IS NULL AND cancelled_at IS NULL"
 
 
+_KILL_REQUESTED = list(TaskRow.__dataclass_fields__).index("kill_requested")
+
+
 def _task(row: tuple[object, ...]) -> TaskRow:
     values = list(row)
-    values[-1] = bool(values[-1])
+    values[_KILL_REQUESTED] = bool(values[_KILL_REQUESTED])
     return TaskRow(*values)  # type: ignore[arg-type]
+
+
+def prepare_state_dir(state_dir: Path, *, create: bool = True) -> None:
+    """Make `state_dir` private: create it 0700, refuse it if others can write it, close it if too open.
+
+    `create=False` (the operator CLI) refuses a missing directory instead of creating an empty one.
+    """
+    try:
+        st = os.stat(state_dir)
+    except FileNotFoundError:
+        if not create:
+            raise StoreError(
+                f"no state directory at {state_dir}: nothing has run with this HIVE_STATE_DIR yet",
+                path=str(state_dir),
+                problem="missing",
+            ) from None
+        try:
+            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the state directory {state_dir}: {exc.strerror or exc}", path=str(state_dir)
+            ) from exc
+        st = os.stat(state_dir)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot read the state directory {state_dir}: {exc.strerror or exc}", path=str(state_dir)
+        ) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"the state directory {state_dir} is not a directory", path=str(state_dir), problem="type")
+    private_dir(state_dir, st)
+
+
+def private_dir(path: Path, st: os.stat_result | None = None) -> None:
+    """Refuse a directory that group or others can write; make one we own 0700 if it is merely readable."""
+    st = os.stat(path) if st is None else st
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise StoreError(
+            f"{path} is writable by others (mode {mode:04o}): anyone could plant files there."
+            f" Run `chmod 700 {path}` if it is yours",
+            path=str(path),
+            problem="mode",
+            mode=f"{mode:04o}",
+        )
+    if mode & 0o077 and st.st_uid == os.geteuid():
+        os.chmod(path, 0o700)
+
+
+def _private_file(path: Path) -> None:
+    """0600 for a file of ours that is more open (a database written before this rule, or under a lax umask)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
+        os.chmod(path, 0o600)
+
+
+def describe_sqlite_error(exc: sqlite3.Error, path: Path) -> str:
+    """What an SQLite failure means for the operator, in one phrase naming the state directory."""
+    text = str(exc)
+    if "full" in text:
+        return f"no space left in the state directory {path.parent} ({text})"
+    if "locked" in text or "busy" in text:
+        return f"the state database {path} is locked by another process ({text})"
+    if "readonly" in text or "read-only" in text:
+        return f"the state directory {path.parent} is read-only ({text})"
+    if "not a database" in text or "malformed" in text:
+        return f"{path} is not a hyperhive database, or it is corrupt ({text}); move it aside to start afresh"
+    if "unable to open" in text:
+        return f"cannot open the state database {path} ({text}); is {path.parent} writable?"
+    return f"the state database {path} failed: {text}"
 
 
 class Store:
     """One connection to the state database. Cheap to open; open one per process (or per thread)."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, create: bool = True) -> None:
+        """Open (creating if needed) the database at `path`; its directory is made private first.
+
+        `create=False`: the directory and the database must exist already (the operator CLI reads state;
+        it never starts an empty one). Every failure is a `StoreError` with one line naming the problem.
+        """
         self.path = path
+        prepare_state_dir(path.parent, create=create)
+        if not create and not path.exists():
+            raise StoreError(
+                f"no state database at {path}: nothing has run here yet", path=str(path), problem="missing"
+            )
+        self._create_private(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+            self._db = sqlite3.connect(
+                path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(describe_sqlite_error(exc, path), path=str(path)) from exc
+        try:
             self._db.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self._check_ours()
             self._enable_wal(busy_timeout_ms / 1000)
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._migrate()
+        except StoreError:
+            self._db.close()
+            raise
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}", path=str(path)) from exc
+            self._db.close()
+            raise StoreError(describe_sqlite_error(exc, path), path=str(path)) from exc
+        for suffix in ("", "-wal", "-shm"):
+            _private_file(Path(f"{path}{suffix}"))
+
+    @staticmethod
+    def _create_private(path: Path) -> None:
+        """Create a missing database file 0600 ourselves: SQLite gives its -wal and -shm the same mode.
+
+        Only ever with O_EXCL on a file that does not exist yet: opening and closing an existing database
+        file would drop every POSIX lock this process's SQLite connections hold on it (fcntl locks belong
+        to the process, and any close releases them), silently breaking their WAL locking.
+        """
+        if path.exists():
+            return
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            return  # another process created it just now
+        except OSError as exc:
+            if exc.errno == errno.EROFS:
+                raise StoreError(f"the state directory {path.parent} is read-only", path=str(path)) from exc
+            raise StoreError(f"cannot create the state database {path}: {exc.strerror or exc}", path=str(path)) from exc
+
+    def _check_ours(self) -> None:
+        """Refuse a SQLite database another program made (version 0, yet tables we did not create)."""
+        (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
+        if version != 0:
+            return
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        foreign = sorted(tables - _OWN_TABLES)
+        if foreign:
+            raise StoreError(
+                f"{self.path} is not a hyperhive database (it holds tables {', '.join(foreign[:5])});"
+                " point HIVE_STATE_DIR elsewhere or move the file aside",
+                path=str(self.path),
+                problem="foreign",
+            )
 
     def _enable_wal(self, timeout: float) -> None:
         """Switch to WAL once (it persists in the file). Switching needs an exclusive lock and SQLite does
         not apply the busy timeout to it, so processes creating the database together retry here."""
-        if self._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        if self._db.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal":
             return
         deadline = time.monotonic() + timeout
         while True:
@@ -208,14 +357,16 @@ class Store:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        else:
             self._db.execute("COMMIT")
+        except BaseException:
+            # A failed COMMIT (disk full) leaves the transaction open: roll back, or every later BEGIN fails.
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise
 
     def _migrate(self) -> None:
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has schema version {version}, newer than this hyperhive knows "
@@ -228,12 +379,19 @@ class Store:
             return
         with self.transaction() as db:
             # Another process may have migrated between our read and our lock: read again under the lock.
-            (version,) = db.execute("PRAGMA user_version").fetchone()
+            (version,) = db.execute("PRAGMA user_version").fetchall()[0]
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step].split(";"):
                     if statement.strip():
                         db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def one(self, sql: str, args: tuple[object, ...]) -> Any:
+        """The first row, with the statement run to its end. Never `fetchone()` here: a statement left
+        unfinished keeps the connection's transaction open, so its reads see an old snapshot and, in
+        autocommit mode, its writes are not committed until that statement is reset."""
+        rows = self._db.execute(sql, args).fetchall()
+        return rows[0] if rows else None
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -242,7 +400,7 @@ class Store:
 
     @property
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._db.execute("PRAGMA user_version").fetchall()[0][0])
 
     # -- tasks ---------------------------------------------------------------------------------------
 
@@ -257,7 +415,7 @@ class Store:
         return self.get_task(cur.lastrowid)
 
     def get_task(self, task_id: int) -> TaskRow:
-        row = self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        row = self.one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
         if row is None:
             raise KeyError(task_id)
         return _task(row)
@@ -287,7 +445,12 @@ class Store:
     def request_kill(self, task_id: int) -> None:
         self._db.execute("UPDATE tasks SET kill_requested = 1 WHERE id = ?", (task_id,))
 
-    def finish_task(
+    def finish_task(self, task_id: int, status: TaskStatus, **end: Any) -> TaskRow:
+        """`write_end`, then the row as it now is."""
+        self.write_end(task_id, status, **end)
+        return self.get_task(task_id)
+
+    def write_end(
         self,
         task_id: int,
         status: TaskStatus,
@@ -296,18 +459,43 @@ class Store:
         signal: int | None = None,
         error: str | None = None,
         wake: tuple[str, str] | None = None,
-    ) -> TaskRow:
-        """Record a task's end and, in the same transaction, its wake: never one without the other."""
+        ended_at: float | None = None,
+        started_at: float | None = None,
+        pid: int | None = None,
+        pid_start: str | None = None,
+        cpu_usec: int | None = None,
+        memory_peak: int | None = None,
+    ) -> None:
+        """Record a task's end and, in the same transaction, its wake: never one without the other.
+
+        `ended_at` is when it ended (a write retried after a failure comes later); `started_at`, `pid` and
+        `pid_start` fill in a `mark_running` that could not be written at the time. Nothing is read back,
+        so a caller retrying after a failure never writes the wake twice.
+        """
         now = time.time()
+        ended = now if ended_at is None else ended_at
         with self.transaction() as db:
             db.execute(
                 "UPDATE tasks SET status = ?, exit_code = ?, signal = ?, error = COALESCE(?, error),"
-                " ended_at = ?, started_at = COALESCE(started_at, ?) WHERE id = ?",
-                (status, exit_code, signal, error, now, now, task_id),
+                " ended_at = ?, started_at = COALESCE(started_at, ?, ?), pid = COALESCE(pid, ?),"
+                " pid_start = COALESCE(pid_start, ?), cpu_usec = ?, memory_peak = ? WHERE id = ?",
+                (
+                    status,
+                    exit_code,
+                    signal,
+                    error,
+                    ended,
+                    started_at,
+                    ended,
+                    pid,
+                    pid_start,
+                    cpu_usec,
+                    memory_peak,
+                    task_id,
+                ),
             )
             if wake is not None:
                 self._insert_wake(db, wake[0], wake[1], now, now)
-        return self.get_task(task_id)
 
     # -- wakes ---------------------------------------------------------------------------------------
 
@@ -326,7 +514,7 @@ class Store:
         return self.get_wake(wake_id)
 
     def get_wake(self, wake_id: int) -> WakeRow:
-        row = self._db.execute(f"SELECT {WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,)).fetchone()
+        row = self.one(f"SELECT {WAKE_COLUMNS} FROM wakes WHERE id = ?", (wake_id,))
         if row is None:
             raise KeyError(wake_id)
         return WakeRow(*row)
@@ -351,10 +539,10 @@ class Store:
 
     def current_session(self, runtime: str) -> str | None:
         """The session the runtime resumes next turn, or None for a fresh one."""
-        row = self._db.execute(
+        row = self.one(
             "SELECT session_id FROM sessions WHERE runtime = ? AND archived_at IS NULL ORDER BY id DESC LIMIT 1",
             (runtime,),
-        ).fetchone()
+        )
         return None if row is None else str(row[0])
 
     def record_session(self, runtime: str, session_id: str) -> None:

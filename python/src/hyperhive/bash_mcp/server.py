@@ -19,7 +19,7 @@ from hyperhive.config import Config
 from hyperhive.errors import TaskError
 from hyperhive.store import Store, TaskRow
 from hyperhive.tasks.engine import DEFAULT_WAIT, MAX_WAIT, KillResult, RunResult, TaskEngine, TaskView
-from hyperhive.tasks.report import format_view, summary, view_dict
+from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
 
 log = logging.getLogger("hyperhive.bash_mcp")
 
@@ -81,13 +81,7 @@ def build_tools(service: TaskService) -> list[Tool]:
             result = await service.kill(args["id"])
         except TaskError as exc:
             raise ToolFailure(exc.message) from exc
-        row = result.view.row
-        if not result.was_running:
-            text = f"task {row.id} had already ended: {summary(row)}"
-        elif result.survived:
-            text = f"task {row.id}: some processes of its group survived TERM and KILL: {summary(row)}"
-        else:
-            text = f"task {row.id} killed, with every process it started: {summary(row)}"
+        text = describe_kill(result)
         data = {**view_dict(result.view), "survived": result.survived, "was_running": result.was_running}
         return _result(text, text, data, is_error=result.survived)
 

@@ -14,7 +14,7 @@ import click
 
 from hyperhive import __version__
 from hyperhive.config import Config, load_config
-from hyperhive.errors import ConfigError
+from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_status
 
 # name → "module:attribute" of a click command.
 COMMANDS = {
@@ -30,6 +30,17 @@ COMMANDS = {
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        """Every command: a HyperhiveError ends it with one line and its exit status, never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except (HyperhiveError, BaseExceptionGroup) as exc:
+            error = _hyperhive_error(exc)
+            if error is None:
+                raise
+            click.echo(f"hyperhive: {error}", err=True)
+            sys.exit(exit_status(error))
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -52,7 +63,19 @@ def config_or_exit(**overrides: Any) -> Config:
 
 def fail_config(exc: ConfigError) -> NoReturn:
     click.echo(f"hyperhive: {exc}", err=True)
-    sys.exit(2)
+    sys.exit(EXIT_CONFIG)
+
+
+def _hyperhive_error(exc: BaseException) -> HyperhiveError | None:
+    """The HyperhiveError behind `exc`, looking inside exception groups (a task group raising one)."""
+    if isinstance(exc, HyperhiveError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _hyperhive_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,12 +20,9 @@ import click
 
 from hyperhive.cli import config_or_exit
 from hyperhive.config import Config
-from hyperhive.errors import HyperhiveError, StoreError
+from hyperhive.errors import EXIT_BUSY as EXIT_NOT_RUNNING
+from hyperhive.errors import EXIT_FAILED, EXIT_STATE, HyperhiveError, StoreError
 from hyperhive.harness.control import SOCKET_NAME, ControlClient, ControlError, ServiceUnavailable
-
-EXIT_FAILED = 1
-EXIT_STATE = 3
-EXIT_NOT_RUNNING = 4
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:

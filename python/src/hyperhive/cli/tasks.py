@@ -1,4 +1,7 @@
-"""`hyperhive tasks`: list, show and kill background tasks, reading the same store as the servers."""
+"""`hyperhive tasks`: list, show and kill background tasks, reading the same store as the servers.
+
+It never creates state: against a state directory or database that does not exist it says so (exit 3).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,15 @@ import anyio
 import click
 
 from hyperhive.cli import config_or_exit
-from hyperhive.errors import TaskError
+from hyperhive.config import Config
+from hyperhive.errors import EXIT_FAILED, StoreUnavailable, TaskError
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
-from hyperhive.tasks.report import format_view, summary, view_dict
+from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
+
+
+def _store(config: Config) -> Store:
+    return Store(config.db_path, create=False)
 
 
 def _engine(store: Store) -> TaskEngine:
@@ -30,7 +38,7 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
     if ctx.invoked_subcommand is not None:
         return
     config = config_or_exit()
-    with Store(config.db_path) as store:
+    with _store(config) as store:
         rows = store.list_tasks(limit=limit)
         if as_json:
             engine = _engine(store)
@@ -49,13 +57,15 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
 def show(task_id: str, as_json: bool) -> None:
     """A task's full status with the tails of its output."""
     config = config_or_exit()
-    with Store(config.db_path) as store:
+    with _store(config) as store:
         engine = _engine(store)
         try:
             view = anyio.run(engine.status, task_id)
+        except StoreUnavailable:
+            raise  # exit 3, by the command line's error mapping
         except TaskError as exc:
             click.echo(f"hyperhive tasks: {exc}", err=True)
-            sys.exit(1)
+            sys.exit(EXIT_FAILED)
         click.echo(json.dumps(view_dict(view)) if as_json else format_view(view))
 
 
@@ -64,18 +74,16 @@ def show(task_id: str, as_json: bool) -> None:
 def kill(task_id: str) -> None:
     """Kill a task and everything it started."""
     config = config_or_exit()
-    with Store(config.db_path) as store:
+    with _store(config) as store:
         engine = _engine(store)
         try:
             result = anyio.run(engine.kill, task_id)
+        except StoreUnavailable:
+            raise
         except TaskError as exc:
             click.echo(f"hyperhive tasks: {exc}", err=True)
-            sys.exit(1)
-        row = result.view.row
-        if not result.was_running:
-            click.echo(f"already ended: {summary(row)}")
-        elif result.survived:
-            click.echo(f"some processes survived: {summary(row)}", err=True)
-            sys.exit(1)
-        else:
-            click.echo(f"killed: {summary(row)}")
+            sys.exit(EXIT_FAILED)
+        if result.survived:
+            click.echo(describe_kill(result), err=True)
+            sys.exit(EXIT_FAILED)
+        click.echo(("killed: " if result.was_running else "already ended: ") + describe_kill(result))

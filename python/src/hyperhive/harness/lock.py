@@ -12,13 +12,9 @@ import fcntl
 import os
 from pathlib import Path
 
-from hyperhive.errors import HyperhiveError
+from hyperhive.errors import ServiceRunning
 
 LOCK_NAME = "harness.lock"
-
-
-class ServiceRunning(HyperhiveError):
-    """Another hyperhive service already runs on this state directory."""
 
 
 class ServiceLock:

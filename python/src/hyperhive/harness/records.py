@@ -98,18 +98,18 @@ class Records:
 
     def next_due(self, *, now: float | None = None) -> float | None:
         """When the earliest wake that is not yet due becomes due (timers), or None."""
-        (due,) = self.db.execute(
+        (due,) = self.store.one(
             f"SELECT MIN(not_before) FROM wakes WHERE {WAKE_WAITING} AND not_before > ?",
             (time.time() if now is None else now,),
-        ).fetchone()
+        )
         return None if due is None else float(due)
 
     def counts(self, *, now: float | None = None) -> QueueCounts:
         now = time.time() if now is None else now
-        waiting, scheduled = self.db.execute(
+        waiting, scheduled = self.store.one(
             f"SELECT SUM(not_before <= ?), SUM(not_before > ?) FROM wakes WHERE {WAKE_WAITING}", (now, now)
-        ).fetchone()
-        (aside,) = self.db.execute("SELECT COUNT(*) FROM wakes WHERE set_aside_at IS NOT NULL").fetchone()
+        )
+        (aside,) = self.store.one("SELECT COUNT(*) FROM wakes WHERE set_aside_at IS NOT NULL", ())
         return QueueCounts(int(waiting or 0), int(scheduled or 0), int(aside))
 
     def set_aside(self, wake_ids: list[int], reason: str) -> None:
@@ -202,11 +202,11 @@ class Records:
         return cur.rowcount
 
     def last_turn(self) -> TurnRow | None:
-        row = self.db.execute(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1").fetchone()
+        row = self.store.one(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1", ())
         return None if row is None else TurnRow(*row)
 
     def turn_count(self) -> int:
-        (n,) = self.db.execute("SELECT COUNT(*) FROM turns").fetchone()
+        (n,) = self.store.one("SELECT COUNT(*) FROM turns", ())
         return int(n)
 
     # -- outbox --------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store, TaskRow, WakeRow
+from hyperhive.store import Store, WakeRow, prepare_state_dir
 from hyperhive.tasks.engine import TaskEngine
 
 log = logging.getLogger("hyperhive.harness")
@@ -51,11 +51,11 @@ class WakeStore(Store):
         super().__init__(*args, **kwargs)
         self.doorbell = doorbell
 
-    def finish_task(self, *args: Any, **kwargs: Any) -> TaskRow:
-        row = super().finish_task(*args, **kwargs)
+    def write_end(self, *args: Any, **kwargs: Any) -> None:
+        # Called on the engine's store thread: ringing is thread-safe.
+        super().write_end(*args, **kwargs)
         if kwargs.get("wake") is not None:
             self.doorbell.ring()
-        return row
 
     def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
         row = super().add_wake(source, body, not_before=not_before)
@@ -138,7 +138,7 @@ class Service:
         last = self.records.last_turn()
         counts = self.records.counts()
         key = getattr(self.runtime, "session_key", self.runtime.name)
-        running = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in self.engine.store.unfinished_tasks()]
+        running = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in self.records.store.unfinished_tasks()]
         return {
             "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
             "state": self.loop.state,
@@ -161,7 +161,7 @@ def _clean(body: str) -> str:
 async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
     """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
     state = config.state_dir
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prepare_state_dir(state)  # 0700; refused when others can write it
     socket_path = state / SOCKET_NAME
     notifier = SystemdNotifier()
     with ServiceLock(state):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hyperhive.store import TaskRow
-from hyperhive.tasks.engine import TaskView, describe_end
+from hyperhive.tasks.engine import KillResult, TaskView, describe_end
 from hyperhive.tasks.output import Tail
 
 
@@ -24,11 +24,19 @@ def view_dict(view: TaskView) -> dict[str, Any]:
         "timeout_secs": row.timeout_secs,
         "stdout": _tail_dict(view.stdout),
         "stderr": _tail_dict(view.stderr),
+        # Processes left in the task's group (cgroup) after it ended: kill(id) ends them.
+        "remaining_processes": view.remaining,
+        "containment": view.containment,
+        "cpu_secs": None if row.cpu_usec is None else round(row.cpu_usec / 1e6, 3),
+        "memory_peak_bytes": row.memory_peak,
     }
 
 
 def _tail_dict(tail: Tail) -> dict[str, Any]:
-    return {"total_bytes": tail.total_bytes, "truncated": tail.truncated, "tail": tail.text}
+    out: dict[str, Any] = {"total_bytes": tail.total_bytes, "truncated": tail.truncated, "tail": tail.text}
+    if tail.problem is not None:
+        out["problem"] = tail.problem
+    return out
 
 
 def summary(row: TaskRow) -> str:
@@ -40,9 +48,33 @@ def summary(row: TaskRow) -> str:
     return f"id={row.id} {state}{took}: {cmd}"
 
 
+def usage_line(view: TaskView) -> str | None:
+    """`cpu 1.20s, memory peak 35.0 MiB` for a task that ran in a cgroup; None otherwise."""
+    row = view.row
+    if row.cpu_usec is None:
+        return None
+    line = f"cpu {row.cpu_usec / 1e6:.2f}s"
+    if row.memory_peak is not None:
+        line += f", memory peak {row.memory_peak / (1 << 20):.1f} MiB"
+    return line
+
+
+def remaining_line(view: TaskView) -> str | None:
+    if not view.remaining or not view.row.final:
+        return None
+    where = "cgroup" if view.containment == "cgroup" else "process group"
+    return (
+        f"{view.remaining} process(es) it started are still running in its {where} (kill(id={view.row.id}) ends them)"
+    )
+
+
 def format_view(view: TaskView) -> str:
     parts = [summary(view.row)]
+    parts += [line for line in (remaining_line(view), usage_line(view)) if line is not None]
     for name, tail in (("stdout", view.stdout), ("stderr", view.stderr)):
+        if tail.problem is not None:
+            parts.append(f"{name}: {tail.problem}")
+            continue
         if tail.total_bytes == 0:
             parts.append(f"{name}: (empty)")
             continue
@@ -53,3 +85,24 @@ def format_view(view: TaskView) -> str:
         )
         parts.append(f"{name} ({shown}):\n{tail.text}")
     return "\n".join(parts)
+
+
+def describe_kill(result: KillResult) -> str:
+    """What a kill did, claiming only what was verified: the cgroup is empty, or the process group is."""
+    row = result.view.row
+    where = "cgroup" if result.view.containment == "cgroup" else "process group"
+    if result.survived:
+        return f"task {row.id}: some processes in its {where} survived TERM and KILL: {summary(row)}"
+    reach = (
+        "nothing it started is left (its cgroup is empty)"
+        if where == "cgroup"
+        else "nothing is left in its process group (a process that left the group, with setsid, is not reached)"
+    )
+    if result.was_running:
+        return f"task {row.id} killed; {reach}: {summary(row)}"
+    if result.leftovers:
+        return (
+            f"task {row.id} had already ended; the {result.leftovers} process(es) it left running were killed,"
+            f" {reach}: {summary(row)}"
+        )
+    return f"task {row.id} had already ended, and nothing of it was left running: {summary(row)}"
