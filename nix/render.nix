@@ -88,7 +88,13 @@ let
         "headers"
       ];
       setFields = filter (f: (s.${f} or null) != null && s.${f} != [ ] && s.${f} != { }) (attrNames s);
-      misplaced = filter (f: elem f (if t == "http" then stdioFields else httpFields)) setFields;
+      misplaced =
+        if t == "http" then
+          filter (f: elem f stdioFields) setFields
+        else if t == "stdio" then
+          filter (f: elem f httpFields) setFields
+        else
+          [ ];
     in
     (if serverNameOk name then
       [ ]
