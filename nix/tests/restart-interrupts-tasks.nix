@@ -11,7 +11,7 @@
     wait_ready(machine)
     plain = start_task(machine, "exec sleep 1001")
     escaped = start_task(machine, "setsid sleep 1002 & wait")
-    machine.wait_until_succeeds("pgrep -f 'sleep 1001' && pgrep -f 'sleep 1002'", timeout=30)
+    machine.wait_until_succeeds("pgrep -f 'sleep 100[1]' && pgrep -f 'sleep 100[2]'", timeout=30)
     # A wake that is pending when the restart comes must still be delivered afterwards.
     machine.succeed(f"{HH} send 'wake across the restart'")
     machine.succeed("systemctl restart hyperhive-agent.service")

@@ -59,7 +59,7 @@ def instantiate(args: list[str], env: dict[str, str] | None = None, cwd: Path = 
     """`nix-instantiate --eval --strict --json ARGS`; the parsed result, or NixError with stderr."""
     cmd = ["nix-instantiate", "--eval", "--strict", "--json", "--read-write-mode", *args]
     proc = subprocess.run(
-        cmd, cwd=cwd, env={**nix_env(), **(env or {})}, capture_output=True, text=True, timeout=120
+        cmd, cwd=cwd, env={**nix_env(), **(env or {})}, capture_output=True, text=True, timeout=120, check=False
     )
     # On error Nix may have printed a partial document: only a zero status makes stdout meaningful.
     if proc.returncode != 0:

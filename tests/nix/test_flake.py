@@ -31,9 +31,13 @@ CHECKS = [
 def flake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A copy of the repository's files (tracked and new, as a clone would have) and the stub."""
     root = tmp_path_factory.mktemp("flake")
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     src = root / "src"
     for rel in filter(None, listed):
         if (REPO / rel).is_file():
@@ -56,6 +60,7 @@ def nix(flake: tuple[Path, Path], *args: str) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
 
 
@@ -88,13 +93,19 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         flake,
         "packages.x86_64-linux.default",
         "p: { inherit (p) pname version pyproject; main = p.meta.mainProgram;"
-        " deps = map (d: d.pname + \"-\" + d.version) p.dependencies;"
+        ' deps = map (d: d.pname + "-" + d.version) p.dependencies;'
         " acp = let a = builtins.elemAt p.dependencies 1; in { inherit (a.src) pname version hash; inherit (a) doCheck;"
         " changelog = a.meta.changelog; }; }",
     )
     assert out["pname"] == "hyperhive" and out["version"] == version and out["pyproject"] is True
     assert out["main"] == "hyperhive"
-    assert out["deps"] == ["mcp-1.27.1", "agent-client-protocol-0.12.1", "anyio-4.11.0", "pydantic-2.11.7", "click-8.2.1"]
+    assert out["deps"] == [
+        "mcp-1.27.1",
+        "agent-client-protocol-0.12.1",
+        "anyio-4.11.0",
+        "pydantic-2.11.7",
+        "click-8.2.1",
+    ]
     assert out["acp"] == {
         "pname": "agent_client_protocol",
         "version": "0.12.1",
@@ -112,7 +123,9 @@ def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> No
 
 
 def test_overlay_adds_the_package(flake: tuple[Path, Path]) -> None:
-    called = nix_eval(flake, "overlays.default", "o: (o { callPackage = f: a: baseNameOf (toString f); } { }).hyperhive")
+    called = nix_eval(
+        flake, "overlays.default", "o: (o { callPackage = f: a: baseNameOf (toString f); } { }).hyperhive"
+    )
     assert called == "package.nix"
 
 
@@ -124,7 +137,11 @@ def test_lock_pins_nixos_26_05(flake: tuple[Path, Path]) -> None:
     assert node["locked"]["narHash"] == "sha256-K5sT4jTpGs15ADhviMKNBH38REpPf5Q6mM1+N6cArVE="
     proc = subprocess.run(
         ["nix", "flake", "metadata", "--json", f"path:{flake[0]}"],
-        env=nix_env(), capture_output=True, text=True, timeout=120,
+        env=nix_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     locked = json.loads(proc.stdout)["locks"]["nodes"]["nixpkgs"]["locked"]

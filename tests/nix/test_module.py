@@ -191,15 +191,24 @@ def test_assertion_message(case: str) -> None:
 
 
 TYPE_ERRORS = {
-    "runtime": ({"enable": True, "runtime": "gpt"}, "services.hyperhive.agent.runtime' is not of type `one of \"claude\", \"acp\"'"),
+    "runtime": (
+        {"enable": True, "runtime": "gpt"},
+        'services.hyperhive.agent.runtime\' is not of type `one of "claude", "acp"\'',
+    ),
     "server-type": (
         {**DEMO, "extraMcpServers": {"w": {"type": "ws"}}},
-        "services.hyperhive.agent.extraMcpServers.w.type' is not of type `one of \"stdio\", \"http\"'",
+        'services.hyperhive.agent.extraMcpServers.w.type\' is not of type `one of "stdio", "http"\'',
     ),
     "policy": ({**DEMO, "acp": {**DEMO["acp"], "permissionPolicy": "ask"}}, "acp.permissionPolicy' is not of type"),
     "timeout": ({**DEMO, "idleTimeout": 0}, "services.hyperhive.agent.idleTimeout' is not of type"),
-    "relative-workdir": ({**DEMO, "workingDirectory": "repo"}, "services.hyperhive.agent.workingDirectory' is not of type"),
-    "unknown-option": ({**DEMO, "acp": {"comand": "/bin/x"}}, "The option `services.hyperhive.agent.acp.comand' does not exist"),
+    "relative-workdir": (
+        {**DEMO, "workingDirectory": "repo"},
+        "services.hyperhive.agent.workingDirectory' is not of type",
+    ),
+    "unknown-option": (
+        {**DEMO, "acp": {"comand": "/bin/x"}},
+        "The option `services.hyperhive.agent.acp.comand' does not exist",
+    ),
 }
 
 

@@ -7,7 +7,7 @@ from tests.nix.nixtool import REPO, instantiate, nixpkgs_lib, requires_lib, requ
 pytestmark = [requires_nix, requires_lib]
 
 REGENERATE = (
-    "nix-instantiate --eval --strict --json nix/options-doc.nix --arg lib \"import $NIXPKGS_LIB\""
+    'nix-instantiate --eval --strict --json nix/options-doc.nix --arg lib "import $NIXPKGS_LIB"'
     " | python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin))' > docs/options.md"
 )
 
@@ -21,9 +21,26 @@ def test_options_doc_is_current() -> None:
 def test_options_doc_documents_every_option_the_issue_names() -> None:
     doc = (REPO / "docs/options.md").read_text(encoding="utf-8")
     for name in (
-        "enable", "package", "runtime", "claude.package", "claude.args", "claude.model", "acp.command",
-        "acp.args", "acp.env", "acp.permissionPolicy", "acp.authMethod", "extraMcpServers",
-        "extraMcpServers.<name>.allowedTools", "idleTimeout", "cancelGrace", "workingDirectory",
-        "environmentFile", "extraEnvironment", "path", "user", "group",
+        "enable",
+        "package",
+        "runtime",
+        "claude.package",
+        "claude.args",
+        "claude.model",
+        "acp.command",
+        "acp.args",
+        "acp.env",
+        "acp.permissionPolicy",
+        "acp.authMethod",
+        "extraMcpServers",
+        "extraMcpServers.<name>.allowedTools",
+        "idleTimeout",
+        "cancelGrace",
+        "workingDirectory",
+        "environmentFile",
+        "extraEnvironment",
+        "path",
+        "user",
+        "group",
     ):
         assert f"## `services.hyperhive.agent.{name}`" in doc, name

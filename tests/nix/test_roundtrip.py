@@ -28,19 +28,22 @@ pytestmark = requires_nix
 
 # Nix strings cannot hold NUL; surrogates are not text. Everything else is fair game, with the
 # characters that break naive quoting over-represented.
-_AWKWARD = st.sampled_from(list("%$\"'\\\n\t;=` {}[]#") + ["%%", "%n", "${HOME}", "$$", "\\n", "é", "日本", "🐝"])
+_AWKWARD = st.sampled_from([*"%$\"'\\\n\t;=` {}[]#", "%%", "%n", "${HOME}", "$$", "\\n", "é", "日本", "🐝"])
 _CHAR = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 text = st.lists(st.one_of(_AWKWARD, _CHAR), max_size=12).map("".join)
 nonempty = text.filter(bool)
 env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(lambda n: not n.startswith("HIVE_"))
-dir_names = st.lists(st.sampled_from(list("%$\"'\\ é日-_") + ["ab"]), min_size=1, max_size=6).map("".join).filter(
-    lambda s: s not in (".", "..")
+dir_names = (
+    st.lists(st.sampled_from([*"%$\"'\\ é日-_", "ab"]), min_size=1, max_size=6)
+    .map("".join)
+    .filter(lambda s: s not in (".", ".."))
 )
 
 NIXOS_LINES = (
     'let r = import ./nix/render.nix (builtins.fromJSON (builtins.getEnv "HIVE_TEST_SETTINGS"));'
     # Exactly how nixos/lib/systemd-lib.nix writes a service's environment.
-    ' lines = map (n: "Environment=${builtins.toJSON "${n}=${r.environment.${n}}"}") (builtins.attrNames r.environment);'
+    ' lines = map (n: "Environment=${builtins.toJSON "${n}=${r.environment.${n}}"}")'
+    " (builtins.attrNames r.environment);"
     " v = { inherit lines; inherit (r) environment mcpJson; }; in builtins.deepSeq v v"
 )
 
@@ -68,6 +71,7 @@ def systemd_env(lines: list[str]) -> dict[str, str]:
     header=text,
 )
 def test_acp_settings_survive_render_systemd_and_load(
+    *,
     command: str,
     args: list[str],
     acp_env: dict[str, str],
@@ -145,7 +149,12 @@ def test_module_settings_survive_evaluation_unit_file_and_load(
     """The same through the real module (lib.evalModules) and the .service converter."""
     with tempfile.TemporaryDirectory() as tmp:
         out = eval_module(
-            {"enable": True, "runtime": "acp", "acp": {"command": command, "args": args, "env": acp_env}, "workingDirectory": tmp}
+            {
+                "enable": True,
+                "runtime": "acp",
+                "acp": {"command": command, "args": args, "env": acp_env},
+                "workingDirectory": tmp,
+            }
         )
         env = environment_of(to_service_file(out["unit"]))
         env["HIVE_STATE_DIR"] = str(Path(tmp) / "state")

@@ -75,7 +75,19 @@ class SystemdSyntaxError(ValueError):
     pass
 
 
-_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"', "'": "'", "s": " "}
+_SIMPLE = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
 _WHITESPACE = " \t\n\r"
 
 
@@ -149,7 +161,7 @@ def _resolve_specifiers(word: str) -> str:
     while i < len(word):
         if word[i] == "%":
             if word[i + 1 : i + 2] != "%":
-                raise SystemdSyntaxError(f"unescaped specifier {word[i:i + 2]!r} in {word!r}")
+                raise SystemdSyntaxError(f"unescaped specifier {word[i : i + 2]!r} in {word!r}")
             out.append("%")
             i += 2
         else:
