@@ -1,0 +1,87 @@
+{
+  description = "hyperhive: one coding agent as a supervised NixOS service, turn after turn";
+
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";
+
+  # Top-level glue uses nothing from nixpkgs but lib.genAttrs, and every use of pkgs sits inside a
+  # per-system function: tests/nix/test_flake.py evaluates these outputs against a generated stub nixpkgs.
+  outputs =
+    { self, nixpkgs }:
+    let
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      forAllSystems = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
+    in
+    {
+      overlays.default = final: prev: {
+        hyperhive = final.callPackage ./nix/package.nix { };
+      };
+
+      packages = forAllSystems (
+        pkgs:
+        let
+          hyperhive = pkgs.callPackage ./nix/package.nix { };
+        in
+        {
+          inherit hyperhive;
+          default = hyperhive;
+        }
+      );
+
+      # The module, with the package of this flake for the host's system as the default.
+      nixosModules.default =
+        { lib, pkgs, ... }:
+        {
+          imports = [ ./nix/module.nix ];
+          services.hyperhive.agent.package =
+            lib.mkDefault
+              self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+        };
+
+      # NixOS VM tests (one per behaviour) and the Python suite; see nix/tests/default.nix.
+      checks = forAllSystems (
+        pkgs:
+        import ./nix/tests {
+          inherit pkgs self;
+        }
+      );
+
+      devShells = forAllSystems (
+        pkgs:
+        let
+          hyperhive = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+        in
+        {
+          default = pkgs.mkShell {
+            packages = [
+              (hyperhive.passthru.python.withPackages (
+                ps: with ps; [
+                  mcp
+                  agent-client-protocol
+                  anyio
+                  pydantic
+                  click
+                  hatchling
+                  pytest
+                  pytest-timeout
+                  hypothesis
+                  mypy
+                ]
+              ))
+              pkgs.ruff
+              pkgs.nodejs
+              pkgs.nix
+              pkgs.nixfmt-tree
+            ];
+            shellHook = ''
+              export PYTHONPATH="$PWD/python/src''${PYTHONPATH:+:$PYTHONPATH}"
+            '';
+          };
+        }
+      );
+
+      formatter = forAllSystems (pkgs: pkgs.nixfmt-tree);
+    };
+}

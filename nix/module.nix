@@ -1,0 +1,466 @@
+# services.hyperhive.agent: one coding agent as a supervised systemd service (design.md section 1).
+#
+# Options are declared here; render.nix (pure builtins) turns them into the harness's HIVE_* environment
+# and the MCP-server file, and reports every problem, which becomes an assertion below; harness-base.nix
+# injects the bash MCP server. The environment is the only interface to the harness (design.md 3.1).
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  cfg = config.services.hyperhive.agent;
+  inherit (lib) mkOption types literalExpression;
+
+  stateDir = "/var/lib/hyperhive";
+  workdir = toString cfg.workingDirectory;
+  # A path the service may write that lives outside the read-only system view.
+  underStateDir = p: p == stateDir || lib.hasPrefix "${stateDir}/" p;
+  underHome = p: lib.any (h: p == h || lib.hasPrefix "${h}/" p) [
+    "/home"
+    "/root"
+    "/run/user"
+  ];
+  escape = lib.replaceStrings [ "%" ] [ "%%" ];
+
+  # Absolute paths that must stay out of the world-readable store (secrets, mutable directories).
+  externalPath = types.pathWith {
+    inStore = false;
+    absolute = true;
+  };
+  seconds = types.either types.ints.positive (
+    types.addCheck types.float (x: x > 0) // { description = "positive float"; }
+  );
+
+  mcpServerType = types.submodule (
+    { name, ... }:
+    {
+      options = {
+        type = mkOption {
+          type = types.enum [
+            "stdio"
+            "http"
+          ];
+          default = "stdio";
+          description = ''
+            How the agent reaches the server: `stdio` starts `command` as a child of the agent,
+            `http` connects to `url` (streamable HTTP).
+          '';
+        };
+        command = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = literalExpression ''"''${pkgs.mcp-server-filesystem}/bin/mcp-server-filesystem"'';
+          description = "The executable of a `stdio` server. Required for `stdio`, unset for `http`.";
+        };
+        args = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          description = "Arguments of a `stdio` server's command.";
+        };
+        env = mkOption {
+          type = types.attrsOf types.str;
+          default = { };
+          description = ''
+            Environment of a `stdio` server. The file holding it is in the Nix store (world-readable):
+            write a secret as a `''${VAR}` reference to a variable of
+            {option}`services.hyperhive.agent.environmentFile`, which the harness expands at start.
+          '';
+        };
+        url = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          example = "http://127.0.0.1:8931/mcp";
+          description = "The endpoint of an `http` server. Required for `http`, unset for `stdio`.";
+        };
+        headers = mkOption {
+          type = types.attrsOf types.str;
+          default = { };
+          example = {
+            Authorization = "Bearer \${GITHUB_TOKEN}";
+          };
+          description = ''
+            HTTP headers sent to an `http` server. Never put a secret here literally (it would land in
+            the Nix store): write `''${VAR}` and define `VAR` in
+            {option}`services.hyperhive.agent.environmentFile`; the harness substitutes it at start and
+            refuses to start (exit status 2) when `VAR` is not defined. `$''${` writes a literal `''${`.
+          '';
+        };
+        allowedTools = mkOption {
+          type = types.listOf types.str;
+          default = [ "*" ];
+          example = [
+            "read_file"
+            "list_directory"
+          ];
+          description = ''
+            Tools of this server the agent may call without asking: tool names, or `"*"` for all of
+            them (allowed as `mcp__${name}__<tool>`, or `mcp__${name}`).
+          '';
+        };
+      };
+    }
+  );
+
+  rendered = import ./render.nix {
+    inherit (cfg)
+      runtime
+      idleTimeout
+      cancelGrace
+      extraEnvironment
+      ;
+    claude = {
+      command = lib.getExe cfg.claude.package;
+      inherit (cfg.claude) args model;
+    };
+    acp = {
+      inherit (cfg.acp)
+        command
+        args
+        env
+        permissionPolicy
+        authMethod
+        ;
+    };
+    mcpServers = lib.mapAttrs (_: s: {
+      inherit (s)
+        type
+        command
+        args
+        env
+        url
+        headers
+        allowedTools
+        ;
+    }) cfg.extraMcpServers;
+    stateDirectory = stateDir;
+    workingDirectory = workdir;
+    inherit (pkgs) writeText;
+  };
+in
+{
+  imports = [ ./harness-base.nix ];
+
+  options.services.hyperhive.agent = {
+    enable = lib.mkEnableOption "the hyperhive agent harness, which runs one coding agent turn after turn";
+
+    package = lib.mkPackageOption pkgs "hyperhive" { };
+
+    runtime = mkOption {
+      type = types.enum [
+        "claude"
+        "acp"
+      ];
+      default = "claude";
+      description = ''
+        How each turn is driven: `claude` runs the Claude Code CLI ({option}`services.hyperhive.agent.claude.package`),
+        `acp` any Agent Client Protocol agent ({option}`services.hyperhive.agent.acp.command`).
+      '';
+    };
+
+    claude = {
+      package = lib.mkPackageOption pkgs "claude-code" {
+        extraDescription = ''
+          Used when `runtime = "claude"`. Claude Code is unfree: allow it with
+          `nixpkgs.config.allowUnfreePredicate`.
+        '';
+      };
+      args = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [
+          "--permission-mode"
+          "acceptEdits"
+        ];
+        description = "Extra arguments for every `claude` invocation.";
+      };
+      model = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "claude-sonnet-4-5";
+        description = "The model (`--model`); null leaves claude's default.";
+      };
+    };
+
+    acp = {
+      command = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = literalExpression ''"''${pkgs.opencode}/bin/opencode"'';
+        description = "The ACP agent's executable. Required when `runtime = \"acp\"`.";
+      };
+      args = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "acp" ];
+        description = "Arguments of the ACP agent.";
+      };
+      env = mkOption {
+        type = types.attrsOf types.str;
+        default = { };
+        example = {
+          OPENCODE_DISABLE_AUTOUPDATE = "1";
+        };
+        description = ''
+          Environment for the agent, merged over the harness's own (which includes
+          {option}`services.hyperhive.agent.environmentFile`). Stored in the Nix store: no secrets.
+        '';
+      };
+      permissionPolicy = mkOption {
+        type = types.enum [
+          "allow"
+          "deny"
+        ];
+        default = "allow";
+        description = ''
+          How the harness answers the agent's permission requests (nobody is there to ask): `allow`
+          picks the narrowest allow option, `deny` the narrowest reject option.
+        '';
+      };
+      authMethod = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "gemini-api-key";
+        description = ''
+          The ACP auth method id to `authenticate` with when the agent requires one; its key comes from
+          {option}`services.hyperhive.agent.environmentFile`.
+        '';
+      };
+    };
+
+    extraMcpServers = mkOption {
+      type = types.attrsOf mcpServerType;
+      default = { };
+      example = literalExpression ''
+        {
+          files = {
+            command = "''${pkgs.mcp-server-filesystem}/bin/mcp-server-filesystem";
+            args = [ "/srv/repo" ];
+          };
+          github = {
+            type = "http";
+            url = "https://api.githubcopilot.com/mcp/";
+            headers.Authorization = "Bearer ''${GITHUB_TOKEN}";
+            allowedTools = [ "get_issue" ];
+          };
+        }
+      '';
+      description = ''
+        MCP servers the agent gets besides hyperhive's own `bash` server, which is always there
+        (the name `bash` is reserved). Rendered to a JSON file in the store whose path the harness
+        reads from `HIVE_MCP_SERVERS`.
+      '';
+    };
+
+    idleTimeout = mkOption {
+      type = seconds;
+      default = 300;
+      description = ''
+        Seconds without any activity in a turn's stream before the watchdog cancels the turn.
+        A provider error retried silently (such as HTTP 429) looks like this.
+      '';
+    };
+
+    cancelGrace = mkOption {
+      type = seconds;
+      default = 10;
+      description = "Seconds an agent may leave a cancel unanswered before it is killed.";
+    };
+
+    watchdogSec = mkOption {
+      type = types.ints.unsigned;
+      default = 60;
+      description = ''
+        systemd's `WatchdogSec=`: the harness pings systemd while its loop is alive; a hung harness is
+        restarted after this many seconds. 0 disables the watchdog.
+      '';
+    };
+
+    workingDirectory = mkOption {
+      type = externalPath;
+      default = stateDir;
+      example = "/srv/repo";
+      description = ''
+        The agent's working directory (and its background tasks' default). It must exist and be
+        writable by {option}`services.hyperhive.agent.user`; the unit makes it writable
+        (`ReadWritePaths=`) inside its otherwise read-only view of the system.
+      '';
+    };
+
+    environmentFile = mkOption {
+      type = types.nullOr externalPath;
+      default = null;
+      example = "/run/secrets/hyperhive-agent.env";
+      description = ''
+        A file of `NAME=value` lines (systemd's `EnvironmentFile=`) read at every start: API keys for
+        the agent and the values of `''${VAR}` references in MCP server headers and env. It stays out
+        of the Nix store; keep it readable by root only.
+      '';
+    };
+
+    credentials = mkOption {
+      type = types.attrsOf externalPath;
+      default = { };
+      example = {
+        github-token = "/run/secrets/github-token";
+      };
+      description = ''
+        Files passed with systemd's `LoadCredential=` (readable by the service only, whatever its
+        user): `NAME` appears as `$CREDENTIALS_DIRECTORY/NAME` for the agent and its tools.
+      '';
+    };
+
+    extraEnvironment = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = {
+        ANTHROPIC_BASE_URL = "http://127.0.0.1:4000";
+      };
+      description = ''
+        More environment for the harness, the agent and the tasks. Values are literal (`%` is escaped
+        for systemd); no secrets (they would be in the store). `HIVE_*` variables are set from the
+        other options and cannot be set here.
+      '';
+    };
+
+    path = mkOption {
+      type = types.listOf types.package;
+      default = [
+        pkgs.bash
+        pkgs.git
+      ];
+      defaultText = literalExpression "[ pkgs.bash pkgs.git ]";
+      example = literalExpression "with pkgs; [ bash git nodejs ripgrep ]";
+      description = ''
+        Packages on the service's `PATH`: what the agent, its MCP servers and its background shell
+        tasks may run (NixOS adds coreutils, findutils, grep, sed and systemd).
+      '';
+    };
+
+    user = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "hyperhive";
+      description = ''
+        The user the service runs as. null runs it as a transient user (`DynamicUser=`); a name
+        creates that system user, for a working directory owned by it.
+      '';
+    };
+
+    group = mkOption {
+      type = types.nullOr types.str;
+      default = cfg.user;
+      defaultText = literalExpression "config.services.hyperhive.agent.user";
+      description = "The group the service runs as (created along with the user).";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions =
+      map (problem: {
+        assertion = false;
+        message = "services.hyperhive.agent: ${problem}";
+      }) rendered.problems
+      ++ [
+        {
+          assertion = cfg.user != null || cfg.group == null;
+          message = "services.hyperhive.agent: group = \"${toString cfg.group}\" needs user to be set too (without a user the service runs as a transient DynamicUser with its own group)";
+        }
+      ];
+
+    users.users = lib.mkIf (cfg.user != null) {
+      ${cfg.user} = {
+        isSystemUser = true;
+        inherit (cfg) group;
+        home = stateDir;
+      };
+    };
+    users.groups = lib.mkIf (cfg.user != null) { ${cfg.group} = { }; };
+
+    systemd.services.hyperhive-agent = {
+      description = "hyperhive agent (${cfg.runtime} runtime)";
+      wantedBy = [ "multi-user.target" ];
+      after = [ "network-online.target" ];
+      wants = [ "network-online.target" ];
+      inherit (cfg) path;
+      environment = rendered.environment // {
+        HOME = stateDir;
+      };
+      serviceConfig = {
+        # READY=1 once serving, STATUS= lines, WATCHDOG=1 pings (hyperhive agent speaks sd_notify).
+        Type = "notify";
+        NotifyAccess = "main";
+        ExecStart = "${lib.getExe cfg.package} agent";
+        WatchdogSec = cfg.watchdogSec;
+        # SIGTERM to the harness alone: it cancels the turn, ends its tasks (process groups and their
+        # cgroups) and exits 0; whatever is left afterwards gets SIGKILL.
+        KillMode = "mixed";
+        TimeoutStopSec = "45s";
+        # The harness gives each background task its own cgroup below the unit's (HIVE_CGROUP=auto), so
+        # a kill reaches everything a task started, setsid or not.
+        Delegate = true;
+        Restart = "on-failure";
+        RestartSec = "1s";
+        RestartSteps = 8;
+        RestartMaxDelaySec = "2min";
+        # Exit status 2 is bad configuration: restarting cannot fix it, so no restart loop.
+        RestartPreventExitStatus = 2;
+        StateDirectory = "hyperhive";
+        StateDirectoryMode = "0700";
+        WorkingDirectory = escape workdir;
+        DynamicUser = cfg.user == null;
+        EnvironmentFile = lib.optional (cfg.environmentFile != null) (toString cfg.environmentFile);
+        LoadCredential = lib.mapAttrsToList (n: p: "${n}:${toString p}") cfg.credentials;
+        UMask = "0077";
+
+        # Hardening. Exceptions to the usual nixpkgs block, each for a reason:
+        # - MemoryDenyWriteExecute stays off: Node-based agents (claude, opencode, claude-agent-acp) run
+        #   V8, whose JIT maps memory writable and executable; with it on they abort at start.
+        # - ProtectControlGroups stays off: Delegate=yes hands the harness its cgroup subtree, which it
+        #   must write (task cgroups, cgroup.kill); the setting would mount /sys/fs/cgroup read-only.
+        # - PrivateUsers stays off: tasks run git and builds in repositories owned by real users, whom
+        #   a private user namespace shows as "nobody" (git then refuses: "dubious ownership").
+        # - ProcSubset stays "all": Node reads /proc/cpuinfo and /proc/meminfo (os.cpus()), and tasks
+        #   run arbitrary tools that read /proc/sys.
+        # - RestrictAddressFamilies includes AF_NETLINK: Node's os.networkInterfaces() uses it.
+        # - SystemCallFilter keeps @system-service (no ~@resources): Node and build tools set
+        #   priorities and affinities.
+        NoNewPrivileges = true;
+        ProtectSystem = "strict";
+        ProtectHome = if underHome workdir then "read-only" else true;
+        ReadWritePaths = lib.optional (!underStateDir workdir) (escape workdir);
+        PrivateTmp = true;
+        PrivateDevices = true;
+        DevicePolicy = "closed";
+        ProtectKernelTunables = true;
+        ProtectKernelModules = true;
+        ProtectKernelLogs = true;
+        ProtectClock = true;
+        ProtectHostname = true;
+        ProtectProc = "invisible";
+        LockPersonality = true;
+        RestrictRealtime = true;
+        RestrictSUIDSGID = true;
+        RestrictNamespaces = true;
+        RemoveIPC = true;
+        CapabilityBoundingSet = [ "" ];
+        AmbientCapabilities = [ "" ];
+        RestrictAddressFamilies = [
+          "AF_UNIX"
+          "AF_INET"
+          "AF_INET6"
+          "AF_NETLINK"
+        ];
+        SystemCallArchitectures = "native";
+        SystemCallFilter = [
+          "@system-service"
+          "~@privileged"
+        ];
+        SystemCallErrorNumber = "EPERM";
+        MemoryDenyWriteExecute = false;
+      };
+    };
+  };
+
+}

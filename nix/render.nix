@@ -1,0 +1,338 @@
+# Options in, the harness's `HIVE_*` environment and its MCP-server file out (design.md 3.1).
+#
+# Pure builtins: no nixpkgs, no lib, so Debian's Nix 2.8 and the Python tests (tests/nix) check every
+# line of it offline. The NixOS module (module.nix) is a thin layer of typed options around one call.
+#
+# Every problem is collected into `problems` (messages in option terms, e.g. "acp.command ..."): the
+# module turns each into an assertion, and a direct caller gets them all in one `throw` when it forces
+# `environment` or `mcpJson`.
+#
+# systemd expands `%` specifiers in `Environment=` and NixOS writes the values unescaped (nixpkgs issue
+# #180190), so every value is escaped here (`%` -> `%%`); quotes, backslashes and newlines are left to
+# NixOS's own quoting (`Environment="NAME=value"`, C-style escapes), which systemd undoes exactly.
+# Structured data too large for a line, or carrying secrets' references (the MCP list), goes to a file
+# and only its path goes into the environment.
+{
+  runtime ? "claude",
+  claude ? { },
+  acp ? { },
+  # Every MCP server the agent gets, `bash` included (harness-base.nix injects it), by name.
+  mcpServers ? { },
+  stateDirectory ? "/var/lib/hyperhive",
+  workingDirectory ? stateDirectory,
+  idleTimeout ? null,
+  cancelGrace ? null,
+  # HIVE_CGROUP: "auto" gives each task its own cgroup under the unit's delegated one; "off" does not.
+  cgroup ? "auto",
+  extraEnvironment ? { },
+  # name -> text -> path of a file holding text. The module passes pkgs.writeText (the JSON names the
+  # package's store path, which builtins.toFile refuses); fixtures without store paths use the default.
+  writeText ? builtins.toFile,
+}:
+let
+  inherit (builtins)
+    attrNames
+    concatLists
+    concatStringsSep
+    elem
+    filter
+    isAttrs
+    isFloat
+    isInt
+    isList
+    isString
+    length
+    mapAttrs
+    match
+    replaceStrings
+    toJSON
+    ;
+
+  claudeCfg = {
+    command = "claude";
+    args = [ ];
+    model = null;
+  }
+  // claude;
+  acpCfg = {
+    command = null;
+    args = [ ];
+    env = { };
+    permissionPolicy = "allow";
+    authMethod = null;
+  }
+  // acp;
+
+  escape = replaceStrings [ "%" ] [ "%%" ];
+  isStrList = l: isList l && builtins.all isString l;
+  isStrAttrs = a: isAttrs a && builtins.all isString (builtins.attrValues a);
+  positive = x: (isInt x || isFloat x) && x > 0;
+  envName = n: match "[A-Za-z_][A-Za-z0-9_]*" n != null;
+  # Tool names are mcp__<server>__<tool>: a server name must be one word without a double underscore.
+  serverNameOk = n: match "[A-Za-z0-9][A-Za-z0-9_-]*" n != null && match ".*__.*" n == null;
+
+  serverType = s: s.type or "stdio";
+
+  serverProblems =
+    name: s:
+    let
+      at = "extraMcpServers.${name}";
+      t = serverType s;
+      stdioFields = [
+        "command"
+        "args"
+        "env"
+      ];
+      httpFields = [
+        "url"
+        "headers"
+      ];
+      setFields = filter (f: (s.${f} or null) != null && s.${f} != [ ] && s.${f} != { }) (attrNames s);
+      misplaced =
+        if t == "http" then
+          filter (f: elem f stdioFields) setFields
+        else if t == "stdio" then
+          filter (f: elem f httpFields) setFields
+        else
+          [ ];
+    in
+    (if serverNameOk name then
+      [ ]
+    else
+      [
+        "${at}: server name '${name}' must be letters, digits, '-' or '_' without '__' (tools are named mcp__${name}__<tool>)"
+      ]
+    )
+    ++ (
+      if !(elem t [
+        "stdio"
+        "http"
+      ])
+      then
+        [ "${at}.type must be \"stdio\" or \"http\", got \"${toString t}\"" ]
+      else if t == "stdio" && !(isString (s.command or null) && s.command != "") then
+        [ "${at}: a stdio server needs command (the executable to start)" ]
+      else if t == "http" && !(isString (s.url or null) && s.url != "") then
+        [ "${at}: an http server needs url (e.g. \"http://127.0.0.1:8080/mcp\")" ]
+      else
+        [ ]
+    )
+    ++ map (f: "${at}.${f} is only for ${if t == "http" then "stdio" else "http"} servers; remove it or set type") misplaced
+    ++ (
+      let
+        tools = s.allowedTools or [ "*" ];
+      in
+      if isStrList tools && tools != [ ] && !(elem "" tools) then
+        [ ]
+      else
+        [ "${at}.allowedTools must be a non-empty list of tool names (or [ \"*\" ] for every tool)" ]
+    )
+    ++ (if isStrList (s.args or [ ]) then [ ] else [ "${at}.args must be a list of strings" ])
+    ++ (if isStrAttrs (s.env or { }) then [ ] else [ "${at}.env must be an attribute set of strings" ])
+    ++ (if isStrAttrs (s.headers or { }) then [ ] else [ "${at}.headers must be an attribute set of strings" ]);
+
+  # The file's shape (design.md 3.1): stdio servers carry no "type"; empty fields are written anyway so
+  # the file reads the same whoever made it.
+  serverJson =
+    s:
+    let
+      tools = {
+        allowedTools = s.allowedTools or [ "*" ];
+      };
+    in
+    if serverType s == "http" then
+      {
+        type = "http";
+        inherit (s) url;
+        headers = s.headers or { };
+      }
+      // tools
+    else
+      {
+        inherit (s) command;
+        args = s.args or [ ];
+        env = s.env or { };
+      }
+      // tools;
+
+  managed = [
+    "HIVE_RUNTIME"
+    "HIVE_STATE_DIR"
+    "HIVE_WORKDIR"
+    "HIVE_MCP_SERVERS"
+    "HIVE_CGROUP"
+    "HIVE_IDLE_TIMEOUT"
+    "HIVE_CANCEL_GRACE"
+    "HIVE_ACP_COMMAND"
+    "HIVE_ACP_ARGS"
+    "HIVE_ACP_ENV"
+    "HIVE_ACP_PERMISSION_POLICY"
+    "HIVE_ACP_AUTH_METHOD"
+    "HIVE_CLAUDE_COMMAND"
+    "HIVE_CLAUDE_ARGS"
+    "HIVE_SOCKET"
+  ];
+  # The option that sets each managed variable, for the message when extraEnvironment tries to.
+  optionFor = {
+    HIVE_RUNTIME = "runtime";
+    HIVE_STATE_DIR = "the unit's StateDirectory";
+    HIVE_WORKDIR = "workingDirectory";
+    HIVE_MCP_SERVERS = "extraMcpServers";
+    HIVE_CGROUP = "the unit (Delegate=yes)";
+    HIVE_IDLE_TIMEOUT = "idleTimeout";
+    HIVE_CANCEL_GRACE = "cancelGrace";
+    HIVE_ACP_COMMAND = "acp.command";
+    HIVE_ACP_ARGS = "acp.args";
+    HIVE_ACP_ENV = "acp.env";
+    HIVE_ACP_PERMISSION_POLICY = "acp.permissionPolicy";
+    HIVE_ACP_AUTH_METHOD = "acp.authMethod";
+    HIVE_CLAUDE_COMMAND = "claude.package";
+    HIVE_CLAUDE_ARGS = "claude.args and claude.model";
+    HIVE_SOCKET = "the harness itself (it sets it for its children)";
+  };
+
+  absolute = p: isString p && match "/.*" p != null;
+
+  problems = concatLists [
+    (
+      if
+        elem runtime [
+          "claude"
+          "acp"
+        ]
+      then
+        [ ]
+      else
+        [ "runtime must be \"claude\" or \"acp\", got \"${toString runtime}\"" ]
+    )
+    (
+      if runtime == "acp" && !(isString acpCfg.command && acpCfg.command != "") then
+        [
+          "runtime = \"acp\" needs acp.command, the ACP agent's executable (e.g. acp.command = \"\${pkgs.opencode}/bin/opencode\"; acp.args = [ \"acp\" ];)"
+        ]
+      else
+        [ ]
+    )
+    (if isStrList acpCfg.args then [ ] else [ "acp.args must be a list of strings" ])
+    (if isStrList claudeCfg.args then [ ] else [ "claude.args must be a list of strings" ])
+    (
+      if isStrAttrs acpCfg.env then
+        map (n: "acp.env: '${n}' is not a valid environment variable name") (
+          filter (n: !(envName n)) (attrNames acpCfg.env)
+        )
+      else
+        [ "acp.env must be an attribute set of strings" ]
+    )
+    (
+      if
+        elem acpCfg.permissionPolicy [
+          "allow"
+          "deny"
+        ]
+      then
+        [ ]
+      else
+        [ "acp.permissionPolicy must be \"allow\" or \"deny\", got \"${toString acpCfg.permissionPolicy}\"" ]
+    )
+    (
+      if acpCfg.authMethod == null || (isString acpCfg.authMethod && acpCfg.authMethod != "") then
+        [ ]
+      else
+        [ "acp.authMethod must be null or a non-empty auth method id" ]
+    )
+    (
+      if
+        elem cgroup [
+          "auto"
+          "off"
+        ]
+      then
+        [ ]
+      else
+        [ "cgroup must be \"auto\" or \"off\"" ]
+    )
+    (
+      if idleTimeout == null || positive idleTimeout then
+        [ ]
+      else
+        [ "idleTimeout must be a positive number of seconds" ]
+    )
+    (
+      if cancelGrace == null || positive cancelGrace then
+        [ ]
+      else
+        [ "cancelGrace must be a positive number of seconds" ]
+    )
+    (if absolute workingDirectory then [ ] else [ "workingDirectory must be an absolute path" ])
+    (if absolute stateDirectory then [ ] else [ "the state directory must be an absolute path" ])
+    (concatLists (map (n: serverProblems n mcpServers.${n}) (attrNames mcpServers)))
+    (map (n: "extraEnvironment.${n}: set by the module from ${optionFor.${n}}; use that option instead") (
+      filter (n: elem n managed) (attrNames extraEnvironment)
+    ))
+    (if isStrAttrs extraEnvironment then [ ] else [ "extraEnvironment must be an attribute set of strings" ])
+    (map (n: "extraEnvironment: '${n}' is not a valid environment variable name") (
+      filter (n: !(envName n)) (attrNames extraEnvironment)
+    ))
+  ];
+
+  failIfProblems =
+    v:
+    if problems == [ ] then
+      v
+    else
+      throw "hyperhive render: ${toString (length problems)} problem(s):\n- ${concatStringsSep "\n- " problems}";
+
+  mcpDocument = {
+    mcpServers = mapAttrs (_: serverJson) mcpServers;
+  };
+  mcpJson = failIfProblems (toJSON mcpDocument);
+  mcpFile = writeText "hyperhive-mcp-servers.json" mcpJson;
+
+  seconds = x: if isInt x then toString x else toJSON x;
+  optional = cond: attrs: if cond then attrs else { };
+
+  raw =
+    {
+      HIVE_RUNTIME = runtime;
+      HIVE_STATE_DIR = stateDirectory;
+      HIVE_WORKDIR = workingDirectory;
+      HIVE_MCP_SERVERS = "${mcpFile}";
+      HIVE_CGROUP = cgroup;
+    }
+    // optional (idleTimeout != null) { HIVE_IDLE_TIMEOUT = seconds idleTimeout; }
+    // optional (cancelGrace != null) { HIVE_CANCEL_GRACE = seconds cancelGrace; }
+    // optional (runtime == "acp") (
+      {
+        HIVE_ACP_COMMAND = acpCfg.command;
+        HIVE_ACP_ARGS = toJSON acpCfg.args;
+        HIVE_ACP_ENV = toJSON acpCfg.env;
+        HIVE_ACP_PERMISSION_POLICY = acpCfg.permissionPolicy;
+      }
+      // optional (acpCfg.authMethod != null) { HIVE_ACP_AUTH_METHOD = acpCfg.authMethod; }
+    )
+    // optional (runtime == "claude") {
+      HIVE_CLAUDE_COMMAND = claudeCfg.command;
+      HIVE_CLAUDE_ARGS = toJSON (
+        claudeCfg.args
+        ++ (
+          if claudeCfg.model == null then
+            [ ]
+          else
+            [
+              "--model"
+              claudeCfg.model
+            ]
+        )
+      );
+    }
+    // extraEnvironment;
+in
+{
+  inherit problems;
+  # The variables exactly as the harness must see them (for tests and documentation).
+  unescapedEnvironment = failIfProblems raw;
+  # What goes into systemd.services.<name>.environment: `%` escaped for Environment=.
+  environment = failIfProblems (mapAttrs (_: escape) raw);
+  mcpServers = mcpDocument;
+  inherit mcpJson mcpFile;
+}

@@ -1,0 +1,21 @@
+# A machine running the agent with the ACP runtime and hyperhive's built-in deterministic demo agent
+# (`hyperhive demo-agent`): no provider, no network, no unfree software.
+{ self, hyperhive }:
+{ lib, pkgs, ... }:
+{
+  imports = [ self.nixosModules.default ];
+  services.hyperhive.agent = {
+    enable = true;
+    runtime = "acp";
+    acp.command = lib.getExe hyperhive;
+    acp.args = [ "demo-agent" ];
+    idleTimeout = 60;
+    watchdogSec = 30;
+  };
+  environment.systemPackages = [
+    hyperhive
+    pkgs.sqlite
+  ];
+  environment.sessionVariables.HIVE_STATE_DIR = "/var/lib/hyperhive";
+  virtualisation.memorySize = 1024;
+}

@@ -1,0 +1,21 @@
+# Shared by the VM tests' scripts (prepended to each testScript).
+HH = "HIVE_STATE_DIR=/var/lib/hyperhive hyperhive"
+DB = "/var/lib/hyperhive/hyperhive.db"
+
+
+def sql(machine, query):
+    """One value per line from the harness's database (design.md 3.2), read as root."""
+    return machine.succeed(f"sqlite3 {DB} \"{query}\"").strip()
+
+
+def start_task(machine, cmd):
+    """Start a background task through `hyperhive bash-mcp`, as an agent would; returns its id."""
+    return machine.succeed(
+        "HIVE_STATE_DIR=/var/lib/hyperhive HIVE_WORKDIR=/var/lib/hyperhive "
+        f"{START_TASK} $(command -v hyperhive) '{cmd}'"
+    ).strip()
+
+
+def wait_ready(machine):
+    machine.wait_for_unit("hyperhive-agent.service")
+    machine.wait_until_succeeds(f"test -S /var/lib/hyperhive/harness.sock", timeout=60)

@@ -1,0 +1,19 @@
+# `hyperhive send` produces a turn: the operator's wake is delivered and the turn is in a transcript.
+{ self, hyperhive, pkgs }:
+{
+  name = "hyperhive-send-produces-turn";
+  nodes.machine = import ./demo-machine.nix { inherit self hyperhive; };
+  testScript = ''
+    START_TASK = "${pkgs.python3.interpreter} ${./start_task.py}"
+    ${builtins.readFile ./prelude.py}
+    machine.start()
+    wait_ready(machine)
+    machine.succeed(f"{HH} send 'hello from the VM test'")
+    machine.wait_until_succeeds(
+        "grep -l '\"type\":\"result\"' /var/lib/hyperhive/transcripts/*.jsonl", timeout=120
+    )
+    machine.wait_until_succeeds(
+        f"test \"$(sqlite3 {DB} 'select count(*) from wakes where delivered_at is null')\" = 0", timeout=120
+    )
+  '';
+}

@@ -1,0 +1,93 @@
+"""Running Debian's Nix (2.8) offline from the tests: evaluation of nix/render.nix, the module, the flake.
+
+`NIXPKGS_LIB` names a nixpkgs lib directory for `lib.evalModules`; unset, the vendored copy beside the
+clone (`../shared/vendor/nixpkgs-lib/lib`, as CI lays it out) or on this machine is used when present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Offline, single-user (root, no daemon), no binary cache probes: reference/nix-offline.md 1.2.
+NIX_CONFIG = "experimental-features = nix-command flakes\nsandbox = false\nsubstituters =\nwarn-dirty = false"
+
+
+class NixError(Exception):
+    def __init__(self, stderr: str) -> None:
+        super().__init__(stderr)
+        self.stderr = stderr
+
+
+def nix_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "NIX_REMOTE"}
+    env["NIX_CONFIG"] = NIX_CONFIG
+    return env
+
+
+def have_nix() -> bool:
+    return shutil.which("nix-instantiate") is not None
+
+
+requires_nix = pytest.mark.skipif(
+    not have_nix(), reason="nix-instantiate not found (.ci/run installs Debian's nix-bin)"
+)
+
+
+def nixpkgs_lib() -> Path | None:
+    candidates = [os.environ.get("NIXPKGS_LIB", "")]
+    candidates += [str(REPO.parent / "shared/vendor/nixpkgs-lib/lib"), "/work/shared/vendor/nixpkgs-lib/lib"]
+    for c in candidates:
+        if c and (Path(c) / "default.nix").is_file():
+            return Path(c).resolve()
+    return None
+
+
+requires_lib = pytest.mark.skipif(
+    nixpkgs_lib() is None, reason="no nixpkgs lib: set NIXPKGS_LIB (e.g. ../shared/vendor/nixpkgs-lib/lib)"
+)
+
+
+def instantiate(args: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> Any:
+    """`nix-instantiate --eval --strict --json ARGS`; the parsed result, or NixError with stderr."""
+    cmd = ["nix-instantiate", "--eval", "--strict", "--json", "--read-write-mode", *args]
+    proc = subprocess.run(
+        cmd, cwd=cwd, env={**nix_env(), **(env or {})}, capture_output=True, text=True, timeout=120, check=False
+    )
+    # On error Nix may have printed a partial document: only a zero status makes stdout meaningful.
+    if proc.returncode != 0:
+        raise NixError(proc.stderr)
+    return json.loads(proc.stdout)
+
+
+def render(settings: dict[str, Any]) -> Any:
+    """nix/render.nix applied to `settings`, passed as JSON through the environment (no Nix quoting)."""
+    expr = (
+        'let r = import ./nix/render.nix (builtins.fromJSON (builtins.getEnv "HIVE_TEST_SETTINGS"));'
+        " v = { inherit (r) environment unescapedEnvironment mcpServers mcpJson mcpFile problems; };"
+        " in builtins.deepSeq v v"
+    )
+    return instantiate(["-E", expr], env={"HIVE_TEST_SETTINGS": json.dumps(settings)})
+
+
+def render_problems(settings: dict[str, Any]) -> list[str]:
+    expr = '(import ./nix/render.nix (builtins.fromJSON (builtins.getEnv "HIVE_TEST_SETTINGS"))).problems'
+    result: list[str] = instantiate(["-E", expr], env={"HIVE_TEST_SETTINGS": json.dumps(settings)})
+    return result
+
+
+def eval_module(settings: dict[str, Any], path_packages: list[str] | None = None) -> Any:
+    """tests/nix/eval-module.nix: the module under lib.evalModules with the NixOS stand-ins."""
+    lib = nixpkgs_lib()
+    assert lib is not None
+    args = ["tests/nix/eval-module.nix", "--arg", "lib", f"import {lib}", "--argstr", "settings", json.dumps(settings)]
+    if path_packages:
+        args += ["--arg", "pathPackages", "[ " + " ".join(json.dumps(p) for p in path_packages) + " ]"]
+    return instantiate(args)

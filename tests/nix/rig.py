@@ -1,0 +1,178 @@
+"""A real systemd (Debian bookworm's 252) in systemd-nspawn, for the unit the module evaluates to.
+
+PID 1 on these machines is not systemd (reference/systemd-here.md). The rig:
+
+- builds a minimal bookworm rootfs once per machine with debootstrap (systemd, python3, nodejs, procps)
+  into ROOTFS_CACHE (default /var/cache/hyperhive-test/rootfs-<key>, key = the package list), under a
+  file lock so that concurrent runs build it once, and reuses it;
+- boots it with `--volatile=overlay` (every run starts clean, the cache is never written) and pure
+  cgroup v2 (`SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1`, what NixOS uses), with the repository bind-mounted
+  read-only at its own path, so the repository's `.venv` (whose python is the same Debian 3.11) is the
+  installed hyperhive;
+- runs commands inside with `nsenter -t <container PID 1> -a`, writes units with tests/nix/unit_file.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.nix.nixtool import REPO
+
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "nodejs", "procps"]
+MIRROR = "http://deb.debian.org/debian"
+CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))
+
+
+class RigUnavailable(Exception):
+    """The rig cannot run here; the message says why (tests skip with it)."""
+
+
+def rootfs_key() -> str:
+    return hashlib.sha256(" ".join(["bookworm", "minbase", *PACKAGES]).encode()).hexdigest()[:12]
+
+
+def ensure_rootfs() -> Path:
+    for tool in ("debootstrap", "systemd-nspawn", "nsenter"):
+        if shutil.which(tool) is None:
+            raise RigUnavailable(f"{tool} not found (.ci/run installs debootstrap and systemd-container)")
+    if os.geteuid() != 0:
+        raise RigUnavailable("systemd-nspawn needs root")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    target = CACHE / f"rootfs-{rootfs_key()}"
+    with open(CACHE / "rootfs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "usr/lib/systemd/systemd").exists():
+            return target
+        build = Path(tempfile.mkdtemp(prefix="rootfs-build-", dir=CACHE))
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm", str(build), MIRROR],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        if proc.returncode != 0:
+            shutil.rmtree(build, ignore_errors=True)
+            raise RigUnavailable(f"debootstrap failed: {proc.stdout[-800:]}{proc.stderr[-800:]}")
+        (build / "etc/hostname").write_text("hive-rig\n")
+        build.rename(target)
+    return target
+
+
+class Container:
+    def __init__(self, rootfs: Path, name: str, log: Path) -> None:
+        self.rootfs, self.name, self.log = rootfs, name, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.leader = 0
+
+    def boot(self) -> None:
+        env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    "systemd-nspawn",
+                    "-D",
+                    str(self.rootfs),
+                    "--volatile=overlay",
+                    "-b",
+                    "--register=no",
+                    "--keep-unit",
+                    "-M",
+                    self.name,
+                    "--console=passive",
+                    f"--bind-ro={REPO}:{REPO}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        for _ in range(300):  # bounded: up to ~60 s
+            if self.proc.poll() is not None:
+                raise RigUnavailable(f"systemd-nspawn exited: {self.log.read_text(errors='replace')[-1500:]}")
+            kids = subprocess.run(
+                ["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True, text=True, check=False
+            )
+            if kids.stdout.strip():
+                self.leader = int(kids.stdout.split()[0])
+                state = self.run("systemctl", "is-system-running", check=False).stdout.strip()
+                if state in ("running", "degraded"):
+                    return
+            time.sleep(0.2)
+        raise RigUnavailable(f"the container did not finish booting: {self.log.read_text(errors='replace')[-1500:]}")
+
+    def run(
+        self, *cmd: str, check: bool = True, timeout: float = 120, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-a", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def sh(self, script: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return self.run("/bin/sh", "-c", script, check=check, timeout=timeout)
+
+    def write(self, path: str, text: str) -> None:
+        self.run("/bin/sh", "-c", f"mkdir -p \"$(dirname '{path}')\" && cat > '{path}'", input=text)
+
+    def install_unit(self, name: str, text: str) -> None:
+        self.write(f"/etc/systemd/system/{name}", text)
+        self.run("systemctl", "daemon-reload")
+
+    def prop(self, unit: str, name: str) -> str:
+        return self.run("systemctl", "show", "-P", name, unit).stdout.strip()
+
+    def wait_for(self, script: str, timeout: float = 60) -> None:
+        """Poll a shell condition inside (bounded); fail with the unit journal's tail if it never holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.sh(script, check=False).returncode == 0:
+                return
+            time.sleep(0.25)
+        journal = self.sh("journalctl --no-pager -n 60", check=False).stdout
+        raise AssertionError(f"condition never held within {timeout}s: {script}\n{journal}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.leader:
+            self.run("systemctl", "poweroff", check=False, timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        # --keep-unit leaves empty payload cgroups on the host (systemd-here.md).
+        for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
+            for leftover in sorted(Path(base).glob("**/payload*"), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    leftover.rmdir()
+
+
+@contextmanager
+def booted(name: str, log: Path) -> Iterator[Container]:
+    c = Container(ensure_rootfs(), name, log)
+    try:
+        c.boot()
+        yield c
+    finally:
+        c.stop()

@@ -1,0 +1,116 @@
+{ lib, system }:
+let
+  drv =
+    name: attrs:
+    builtins.derivation {
+      inherit name system;
+      builder = "/bin/sh";
+      args = [
+        "-c"
+        "echo stub > $out"
+      ];
+    }
+    // attrs;
+
+  pyPkg =
+    pname: attrs:
+    let
+      self = drv "python3-${pname}-${attrs.version}" (
+        {
+          inherit pname;
+          meta = { };
+        }
+        // attrs
+        // {
+          overridePythonAttrs = f: pyPkg pname (attrs // f (attrs // { meta = attrs.meta or { }; }));
+        }
+      );
+    in
+    self;
+
+  basePython = {
+    mcp = pyPkg "mcp" { version = "1.27.1"; };
+    agent-client-protocol = pyPkg "agent-client-protocol" {
+      version = "0.8.1";
+      meta.changelog = throw "the stub's changelog reads src.tag, which a PyPI source does not have";
+    };
+    anyio = pyPkg "anyio" { version = "4.11.0"; };
+    pydantic = pyPkg "pydantic" { version = "2.11.7"; };
+    click = pyPkg "click" { version = "8.2.1"; };
+    hatchling = pyPkg "hatchling" { version = "1.27.0"; };
+    pytest = pyPkg "pytest" { version = "8.4.1"; };
+    pytest-timeout = pyPkg "pytest-timeout" { version = "2.4.0"; };
+    hypothesis = pyPkg "hypothesis" { version = "6.136.0"; };
+    mypy = pyPkg "mypy" { version = "1.17.0"; };
+  };
+
+  mkPython =
+    overrides:
+    let
+      python = {
+        interpreter = "/stub/python3/bin/python3";
+        pkgs =
+          let
+            final = basePython // overrides final basePython // {
+              buildPythonApplication =
+                attrs:
+                assert attrs.pyproject == true;
+                assert attrs.meta ? mainProgram;
+                drv "${attrs.pname}-${attrs.version}" (attrs // (attrs.passthru or { }));
+              toPythonModule = x: x;
+            };
+          in
+          final;
+        override =
+          {
+            self ? null,
+            packageOverrides ? (_: _: { }),
+          }:
+          mkPython packageOverrides;
+        withPackages =
+          f:
+          drv "python3-env" {
+            packageNames = map (p: p.pname) (f python.pkgs);
+          };
+      };
+    in
+    python;
+
+  pkgs = {
+    inherit lib;
+    stdenv.hostPlatform.system = system;
+    callPackage =
+      fn: args:
+      let
+        f = if builtins.isFunction fn then fn else import fn;
+      in
+      f (builtins.intersectAttrs (builtins.functionArgs f) pkgs // args);
+    python3 = mkPython (_: _: { });
+    fetchPypi =
+      attrs:
+      assert attrs ? hash;
+      drv "${attrs.pname}-${attrs.version}.tar.gz" { inherit (attrs) pname version hash; };
+    testers.runNixOSTest =
+      t:
+      assert builtins.isString t.name && builtins.isString t.testScript;
+      assert builtins.isFunction t.nodes.machine || builtins.isAttrs t.nodes.machine;
+      drv "vm-test-run-${t.name}" { inherit (t) testScript; };
+    runCommand = name: env: script: drv name { inherit script; };
+    writeShellApplication = a: drv a.name { meta.mainProgram = a.name; };
+    writeText = name: text: builtins.toFile name text;
+    mkShell = attrs: drv "nix-shell" { packageNames = map (p: p.name) attrs.packages; };
+  }
+  // lib.genAttrs [
+    "nixfmt-tree"
+    "ruff"
+    "nodejs"
+    "nix"
+    "sqlite"
+    "bash"
+    "coreutils"
+    "procps"
+    "git"
+    "python3Packages"
+  ] (n: drv n { });
+in
+pkgs

@@ -1,0 +1,148 @@
+"""flake.nix evaluated offline against a stub nixpkgs (tests/nix/stub-nixpkgs, with nixpkgs' real lib):
+`nix flake check --no-build` passes and the outputs are the ones the issue lists, for both systems."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.nix.nixtool import REPO, nix_env, nixpkgs_lib, requires_lib, requires_nix
+
+pytestmark = [requires_nix, requires_lib]
+
+SYSTEMS = ("x86_64-linux", "aarch64-linux")
+CHECKS = [
+    "pytest",
+    "vm-acp-demo-starts",
+    "vm-claude-standin",
+    "vm-restart-interrupts-tasks",
+    "vm-send-produces-turn",
+    "vm-task-wake-arrives",
+]
+
+
+@pytest.fixture(scope="module")
+def flake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A copy of the repository's files (tracked and new, as a clone would have) and the stub."""
+    root = tmp_path_factory.mktemp("flake")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    src = root / "src"
+    for rel in filter(None, listed):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    stub = root / "stub"
+    shutil.copytree(Path(__file__).parent / "stub-nixpkgs", stub)
+    lib = nixpkgs_lib()
+    assert lib is not None
+    shutil.copytree(lib, stub / "lib")
+    return src, stub
+
+
+def nix(flake: tuple[Path, Path], *args: str) -> subprocess.CompletedProcess[str]:
+    src, stub = flake
+    return subprocess.run(
+        ["nix", *args, "--override-input", "nixpkgs", f"path:{stub}"],
+        cwd=src,
+        env=nix_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def nix_eval(flake: tuple[Path, Path], attr: str, apply: str | None = None) -> Any:
+    args = ["eval", "--json", f"path:{flake[0]}#{attr}"]
+    if apply:
+        args += ["--apply", apply]
+    proc = nix(flake, *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_flake_check_passes_without_building(flake: tuple[Path, Path]) -> None:
+    proc = nix(flake, "flake", "check", "--no-build", f"path:{flake[0]}")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_outputs_exist_for_each_system(flake: tuple[Path, Path], system: str) -> None:
+    names = "x: builtins.attrNames x"
+    assert nix_eval(flake, f"checks.{system}", names) == CHECKS
+    assert nix_eval(flake, f"packages.{system}", names) == ["default", "hyperhive"]
+    assert nix_eval(flake, f"devShells.{system}", names) == ["default"]
+    assert nix_eval(flake, f"formatter.{system}.name") == "nixfmt-tree"
+
+
+def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Path]) -> None:
+    version = tomllib.loads((REPO / "python/pyproject.toml").read_text())["project"]["version"]
+    out = nix_eval(
+        flake,
+        "packages.x86_64-linux.default",
+        "p: { inherit (p) pname version pyproject; main = p.meta.mainProgram;"
+        ' deps = map (d: d.pname + "-" + d.version) p.dependencies;'
+        " acp = let a = builtins.elemAt p.dependencies 1; in { inherit (a.src) pname version hash; inherit (a) doCheck;"
+        " changelog = a.meta.changelog; }; }",
+    )
+    assert out["pname"] == "hyperhive" and out["version"] == version and out["pyproject"] is True
+    assert out["main"] == "hyperhive"
+    assert out["deps"] == [
+        "mcp-1.27.1",
+        "agent-client-protocol-0.12.1",
+        "anyio-4.11.0",
+        "pydantic-2.11.7",
+        "click-8.2.1",
+    ]
+    assert out["acp"] == {
+        "pname": "agent_client_protocol",
+        "version": "0.12.1",
+        "hash": "sha256-mWPMtZDtltfcVCycAj6QZ2/HaxxlYuIanuES9PvLAJU=",
+        "doCheck": False,
+        "changelog": "https://github.com/agentclientprotocol/python-sdk/releases/tag/0.12.1",
+    }
+
+
+def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> None:
+    names = nix_eval(flake, "devShells.x86_64-linux.default.packageNames")
+    assert names == ["python3-env", "ruff", "nodejs", "nix", "nixfmt-tree"]
+    py = nix_eval(flake, "devShells.x86_64-linux.default", "s: builtins.length s.packageNames")
+    assert py == 5
+
+
+def test_overlay_adds_the_package(flake: tuple[Path, Path]) -> None:
+    called = nix_eval(
+        flake, "overlays.default", "o: (o { callPackage = f: a: baseNameOf (toString f); } { }).hyperhive"
+    )
+    assert called == "package.nix"
+
+
+def test_lock_pins_nixos_26_05(flake: tuple[Path, Path]) -> None:
+    lock = json.loads((REPO / "flake.lock").read_text())
+    node = lock["nodes"]["nixpkgs"]
+    assert node["original"] == {"owner": "NixOS", "repo": "nixpkgs", "ref": "nixos-26.05", "type": "github"}
+    assert node["locked"]["rev"] == "b51242d7d43689db2f3be91bd05d5b24fbb469c4"
+    assert node["locked"]["narHash"] == "sha256-K5sT4jTpGs15ADhviMKNBH38REpPf5Q6mM1+N6cArVE="
+    proc = subprocess.run(
+        ["nix", "flake", "metadata", "--json", f"path:{flake[0]}"],
+        env=nix_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    locked = json.loads(proc.stdout)["locks"]["nodes"]["nixpkgs"]["locked"]
+    assert locked["rev"] == "b51242d7d43689db2f3be91bd05d5b24fbb469c4"

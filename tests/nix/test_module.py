@@ -1,0 +1,218 @@
+"""nix/module.nix under lib.evalModules (nixpkgs lib, NixOS stand-ins): the unit it declares, the MCP
+file it renders, and every assertion message an operator can meet."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.nix.nixtool import NixError, eval_module, requires_lib, requires_nix
+
+pytestmark = [requires_nix, requires_lib]
+
+HYPERHIVE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
+DEMO = {"enable": True, "runtime": "acp", "acp": {"command": HYPERHIVE, "args": ["demo-agent"]}}
+
+
+def errors_of(settings: dict[str, Any]) -> str:
+    with pytest.raises(NixError) as err:
+        eval_module(settings)
+    return err.value.stderr
+
+
+def test_disabled_module_declares_no_service() -> None:
+    assert eval_module({})["services"] == {}
+
+
+def test_acp_unit_environment_is_the_harness_contract() -> None:
+    out = eval_module({**DEMO, "acp": {**DEMO["acp"], "env": {"K": "v"}, "authMethod": "key"}, "idleTimeout": 90})
+    env = out["unit"]["environment"]
+    mcp_file = env.pop("HIVE_MCP_SERVERS")
+    assert mcp_file.startswith("/nix/store/") and mcp_file.endswith("-hyperhive-mcp-servers.json")
+    assert env == {
+        "HIVE_RUNTIME": "acp",
+        "HIVE_ACP_COMMAND": HYPERHIVE,
+        "HIVE_ACP_ARGS": '["demo-agent"]',
+        "HIVE_ACP_ENV": '{"K":"v"}',
+        "HIVE_ACP_PERMISSION_POLICY": "allow",
+        "HIVE_ACP_AUTH_METHOD": "key",
+        "HIVE_STATE_DIR": "/var/lib/hyperhive",
+        "HIVE_WORKDIR": "/var/lib/hyperhive",
+        "HIVE_CGROUP": "auto",
+        "HIVE_IDLE_TIMEOUT": "90",
+        "HIVE_CANCEL_GRACE": "10",
+        "HOME": "/var/lib/hyperhive",
+    }
+
+
+def test_claude_unit_runs_the_claude_package_with_model() -> None:
+    out = eval_module({"enable": True, "claude": {"model": "sonnet", "args": ["--verbose"]}})
+    env = out["unit"]["environment"]
+    assert env["HIVE_RUNTIME"] == "claude"
+    assert env["HIVE_CLAUDE_COMMAND"] == "/nix/store/00000000000000000000000000000000-claude-code-2.0.0/bin/claude"
+    assert json.loads(env["HIVE_CLAUDE_ARGS"]) == ["--verbose", "--model", "sonnet"]
+    assert not any(k.startswith("HIVE_ACP_") for k in env)
+
+
+def test_unit_settings_supervise_and_harden() -> None:
+    sc = eval_module(DEMO)["unit"]["serviceConfig"]
+    assert sc["Type"] == "notify"
+    assert sc["ExecStart"] == f"{HYPERHIVE} agent"
+    assert sc["KillMode"] == "mixed"
+    assert sc["Delegate"] is True
+    assert (sc["Restart"], sc["RestartPreventExitStatus"]) == ("on-failure", 2)
+    assert (sc["RestartSec"], sc["RestartSteps"], sc["RestartMaxDelaySec"]) == ("1s", 8, "2min")
+    assert sc["WatchdogSec"] == 60
+    assert (sc["StateDirectory"], sc["StateDirectoryMode"]) == ("hyperhive", "0700")
+    assert sc["DynamicUser"] is True
+    assert sc["MemoryDenyWriteExecute"] is False  # V8's JIT
+    assert "ProtectControlGroups" not in sc  # Delegate=yes: the harness writes its cgroup subtree
+    assert (sc["ProtectSystem"], sc["ProtectHome"], sc["NoNewPrivileges"]) == ("strict", True, True)
+    assert sc["CapabilityBoundingSet"] == [""]
+    assert sc["EnvironmentFile"] == [] and sc["LoadCredential"] == []
+
+
+def test_unit_wants_network_and_starts_at_boot() -> None:
+    unit = eval_module(DEMO)["unit"]
+    assert unit["wantedBy"] == ["multi-user.target"]
+    assert unit["after"] == unit["wants"] == ["network-online.target"]
+    assert unit["path"] == ["bash-5.3", "git-2.51.0"]
+    assert eval_module(DEMO, path_packages=["nodejs"])["unit"]["path"] == ["nodejs-22.0.0"]
+
+
+def test_mcp_file_has_bash_always_and_the_operators_servers() -> None:
+    out = eval_module(
+        {
+            **DEMO,
+            "extraMcpServers": {
+                "files": {"command": "/bin/files", "args": ["/srv"], "allowedTools": ["read"]},
+                "gh": {"type": "http", "url": "https://h/mcp", "headers": {"Authorization": "Bearer ${GH_TOKEN}"}},
+            },
+        }
+    )
+    assert json.loads(out["mcpJson"]) == {
+        "mcpServers": {
+            "bash": {
+                "command": HYPERHIVE,
+                "args": ["bash-mcp"],
+                "env": {"HIVE_STATE_DIR": "/var/lib/hyperhive", "HIVE_WORKDIR": "/var/lib/hyperhive"},
+                "allowedTools": ["*"],
+            },
+            "files": {"command": "/bin/files", "args": ["/srv"], "env": {}, "allowedTools": ["read"]},
+            "gh": {
+                "type": "http",
+                "url": "https://h/mcp",
+                "headers": {"Authorization": "Bearer ${GH_TOKEN}"},
+                "allowedTools": ["*"],
+            },
+        }
+    }
+
+
+def test_secrets_and_credentials_stay_out_of_the_store() -> None:
+    out = eval_module({**DEMO, "environmentFile": "/run/secrets/agent.env", "credentials": {"gh": "/run/secrets/gh"}})
+    sc = out["unit"]["serviceConfig"]
+    assert sc["EnvironmentFile"] == ["/run/secrets/agent.env"]
+    assert sc["LoadCredential"] == ["gh:/run/secrets/gh"]
+    err = errors_of({**DEMO, "environmentFile": "/nix/store/00000000000000000000000000000000-agent.env"})
+    assert "services.hyperhive.agent.environmentFile" in err and "is not of type" in err
+
+
+def test_working_directory_outside_state_is_writable_and_percent_escaped() -> None:
+    sc = eval_module({**DEMO, "workingDirectory": "/home/alice/repo%1"})["unit"]["serviceConfig"]
+    assert sc["WorkingDirectory"] == "/home/alice/repo%%1"
+    assert sc["ReadWritePaths"] == ["/home/alice/repo%%1"]
+    assert sc["ProtectHome"] == "read-only"
+
+
+def test_static_user_is_created_and_used() -> None:
+    out = eval_module({**DEMO, "user": "agent"})
+    assert out["unit"]["serviceConfig"]["DynamicUser"] is False
+    assert out["users"]["users"]["agent"] == {"isSystemUser": True, "group": "agent", "home": "/var/lib/hyperhive"}
+    assert out["users"]["groups"] == {"agent": {}}
+
+
+ASSERTIONS = {
+    "acp-without-command": (
+        {"enable": True, "runtime": "acp"},
+        'services.hyperhive.agent: runtime = "acp" needs acp.command, the ACP agent\'s executable '
+        '(e.g. acp.command = "${pkgs.opencode}/bin/opencode"; acp.args = [ "acp" ];)',
+    ),
+    "bash-is-reserved": (
+        {**DEMO, "extraMcpServers": {"bash": {"command": "/bin/mine"}}},
+        "services.hyperhive.agent.extraMcpServers.bash is reserved for hyperhive's own bash server "
+        "(defined in test-settings); give your server another name",
+    ),
+    "group-without-user": (
+        {**DEMO, "group": "wheel"},
+        'services.hyperhive.agent: group = "wheel" needs user to be set too',
+    ),
+    "stdio-without-command": (
+        {**DEMO, "extraMcpServers": {"files": {"args": ["/srv"]}}},
+        "services.hyperhive.agent: extraMcpServers.files: a stdio server needs command (the executable to start)",
+    ),
+    "http-without-url": (
+        {**DEMO, "extraMcpServers": {"web": {"type": "http"}}},
+        'services.hyperhive.agent: extraMcpServers.web: an http server needs url (e.g. "http://127.0.0.1:8080/mcp")',
+    ),
+    "field-of-other-transport": (
+        {**DEMO, "extraMcpServers": {"web": {"type": "http", "url": "http://x", "args": ["a"]}}},
+        "services.hyperhive.agent: extraMcpServers.web.args is only for stdio servers; remove it or set type",
+    ),
+    "server-name": (
+        {**DEMO, "extraMcpServers": {"a__b": {"command": "/bin/x"}}},
+        "services.hyperhive.agent: extraMcpServers.a__b: server name 'a__b' must be letters, digits, '-' or '_' "
+        "without '__' (tools are named mcp__a__b__<tool>)",
+    ),
+    "empty-allowed-tools": (
+        {**DEMO, "extraMcpServers": {"f": {"command": "/bin/x", "allowedTools": []}}},
+        "services.hyperhive.agent: extraMcpServers.f.allowedTools must be a non-empty list of tool names",
+    ),
+    "managed-variable": (
+        {**DEMO, "extraEnvironment": {"HIVE_WORKDIR": "/srv"}},
+        "services.hyperhive.agent: extraEnvironment.HIVE_WORKDIR: set by the module from workingDirectory; "
+        "use that option instead",
+    ),
+    "variable-name": (
+        {**DEMO, "acp": {**DEMO["acp"], "env": {"A B": "x"}}},
+        "services.hyperhive.agent: acp.env: 'A B' is not a valid environment variable name",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ASSERTIONS))
+def test_assertion_message(case: str) -> None:
+    settings, message = ASSERTIONS[case]
+    err = errors_of(settings)
+    assert "Failed assertions:" in err
+    assert " ".join(message.split()) in " ".join(err.split())
+
+
+TYPE_ERRORS = {
+    "runtime": (
+        {"enable": True, "runtime": "gpt"},
+        'services.hyperhive.agent.runtime\' is not of type `one of "claude", "acp"\'',
+    ),
+    "server-type": (
+        {**DEMO, "extraMcpServers": {"w": {"type": "ws"}}},
+        'services.hyperhive.agent.extraMcpServers.w.type\' is not of type `one of "stdio", "http"\'',
+    ),
+    "policy": ({**DEMO, "acp": {**DEMO["acp"], "permissionPolicy": "ask"}}, "acp.permissionPolicy' is not of type"),
+    "timeout": ({**DEMO, "idleTimeout": 0}, "services.hyperhive.agent.idleTimeout' is not of type"),
+    "relative-workdir": (
+        {**DEMO, "workingDirectory": "repo"},
+        "services.hyperhive.agent.workingDirectory' is not of type",
+    ),
+    "unknown-option": (
+        {**DEMO, "acp": {"comand": "/bin/x"}},
+        "The option `services.hyperhive.agent.acp.comand' does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TYPE_ERRORS))
+def test_type_error_names_the_option(case: str) -> None:
+    settings, message = TYPE_ERRORS[case]
+    assert message in errors_of(settings)
