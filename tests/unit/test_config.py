@@ -140,3 +140,10 @@ def test_command_line_overrides_are_checked_like_their_variables(tmp_path: Path)
     with pytest.raises(ConfigError) as err:
         load_config({}, runtime="gpt", idle_timeout=-1, workdir=tmp_path / "missing")
     assert set(err.value.problems) == {"HIVE_RUNTIME", "HIVE_IDLE_TIMEOUT", "HIVE_WORKDIR"}
+
+
+def test_the_permission_policy_is_allow_by_default_and_validated() -> None:
+    assert load_config({}).acp_permission_policy == "allow"
+    assert load_config({"HIVE_ACP_PERMISSION_POLICY": "deny"}).acp_permission_policy == "deny"
+    with pytest.raises(ConfigError, match="HIVE_ACP_PERMISSION_POLICY: must be 'allow' or 'deny'"):
+        load_config({"HIVE_ACP_PERMISSION_POLICY": "sometimes"})

@@ -116,10 +116,14 @@ def test_turn_refuses_the_state_dir_of_a_running_service(tmp_path: Path) -> None
 
 
 @pytest.mark.anyio
-async def test_tasks_started_through_the_forwarding_bash_server_outlive_it_and_wake_the_agent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("told", [True, False], ids=["HIVE_SOCKET", "state-dir-only"])
+async def test_tasks_started_through_the_forwarding_bash_server_outlive_it_and_wake_the_agent(
+    tmp_path: Path, told: bool
+) -> None:
     with running_service(tmp_path) as svc:
-        sock = str(svc.state / "harness.sock")
-        async with bash_server(svc.state, svc.workdir, HIVE_SOCKET=sock) as bash:
+        # An agent may not pass HIVE_SOCKET on: the server then finds the service through the state dir's lock.
+        env = {"HIVE_SOCKET": str(svc.state / "harness.sock")} if told else {}
+        async with bash_server(svc.state, svc.workdir, **env) as bash:
             text, data = await bash.ok("run", cmd="sleep 1; echo out-of-band", wait_seconds=0)
             assert text.startswith(f"task started: id={data['id']}")
         # The per-turn server is gone; the task lives on in the service and its end is a wake and a turn.

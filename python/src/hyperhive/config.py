@@ -29,6 +29,8 @@ class Config:
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
     acp_env: Mapping[str, str] = field(default_factory=dict)
+    # How the agent's permission requests are answered (design.md 3.4: allow by default).
+    acp_permission_policy: Literal["allow", "deny"] = "allow"
     # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
     acp_auth_method: str | None = None
     mcp_servers: McpServers = field(default_factory=McpServers)
@@ -163,13 +165,17 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
     acp_command = r.get("HIVE_ACP_COMMAND")
     acp_args = r.json_strings("HIVE_ACP_ARGS")
     acp_env = r.json_env("HIVE_ACP_ENV")
+    policy = r.get("HIVE_ACP_PERMISSION_POLICY") or "allow"
+    if policy not in ("allow", "deny"):
+        r.problems["HIVE_ACP_PERMISSION_POLICY"] = f"must be 'allow' or 'deny', got {policy!r}"
+        policy = "allow"
     acp_auth_method = r.auth_method("HIVE_ACP_AUTH_METHOD")
 
     mcp_servers = McpServers()
     mcp_path = r.get("HIVE_MCP_SERVERS")
     if mcp_path is not None:
         try:
-            mcp_servers = load_mcp_servers(Path(mcp_path))
+            mcp_servers = load_mcp_servers(Path(mcp_path), merged)
         except McpServersError as exc:
             r.problems["HIVE_MCP_SERVERS"] = exc.message
 
@@ -196,6 +202,7 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
         "acp_command": acp_command,
         "acp_args": acp_args,
         "acp_env": acp_env,
+        "acp_permission_policy": policy,
         "acp_auth_method": acp_auth_method,
         "mcp_servers": mcp_servers,
         "state_dir": state_dir,

@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -97,8 +100,58 @@ class McpServersError(HyperhiveError):
     pass
 
 
-def load_mcp_servers(path: Path) -> McpServers:
-    """Read and validate the file; errors name the file and the bad field."""
+_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{([^}]*)\}?")
+
+
+def expand_references(value: str, env: Mapping[str, str], where: str) -> str:
+    """`${NAME}` → the variable's value (secrets come from the environment file, never the store);
+    `$${` → a literal `${`; any other `$` is literal. An undefined or malformed reference names `where`
+    and the variable, never a value."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        name = match.group(1)
+        if name is None:
+            raise McpServersError(
+                f"{where}: `${{{match.group(2)}` is not a reference to a variable (write `${{NAME}}`, or `$${{` "
+                "for a literal `${`)",
+                where=where,
+            )
+        if name not in env:
+            raise McpServersError(
+                f"{where} refers to ${{{name}}}, which is not set in the service's environment (put it in the "
+                "environment file)",
+                where=where,
+                variable=name,
+            )
+        return env[name]
+
+    return _REFERENCE.sub(replace, value)
+
+
+def _expand(doc: Any, env: Mapping[str, str]) -> Any:
+    """Expand references in http `headers` and stdio `env` values only: names, urls, commands, args and
+    allowedTools stay literal, so a variable can never redirect a server."""
+    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+    if not isinstance(servers, dict):
+        return doc
+    for name, server in servers.items():
+        if not isinstance(server, dict):
+            continue
+        for field in ("headers", "env"):
+            values = server.get(field)
+            if isinstance(values, dict):
+                server[field] = {
+                    k: expand_references(v, env, f"server {name!r} {field} {k!r}") if isinstance(v, str) else v
+                    for k, v in values.items()
+                }
+    return doc
+
+
+def load_mcp_servers(path: Path, env: Mapping[str, str] | None = None) -> McpServers:
+    """Read and validate the file, expanding `${NAME}` in headers and env from `env` (default: the process
+    environment); errors name the file and the bad field."""
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -109,6 +162,7 @@ def load_mcp_servers(path: Path) -> McpServers:
         raise McpServersError(
             f"{path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path=str(path)
         ) from exc
+    doc = _expand(doc, os.environ if env is None else env)
     try:
         return McpServers.model_validate(doc)
     except ValidationError as exc:

@@ -21,7 +21,7 @@ def make_runtime(config: Config, store: Store) -> Runtime:
     if config.runtime == "acp":
         from hyperhive.runtime.acp import AcpRuntime
 
-        return AcpRuntime(config, store)
+        return AcpRuntime(config, store, permission_policy=config.acp_permission_policy)
     from hyperhive.runtime.claude import ClaudeRuntime
 
     return ClaudeRuntime(config, store)
