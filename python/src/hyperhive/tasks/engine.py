@@ -7,7 +7,8 @@ harness once it runs (design.md 2: "the harness owns background tasks"). Every t
   stdout and stderr opened straight onto `<id>.out` / `<id>.err` (the child writes them; no byte passes
   through Python, so output size costs us nothing);
 - a row in the store, moved pending → running → done | timed_out | killed | interrupted;
-- watched by one supervisor in the engine's task group, which waits on a pidfd (no thread per child), applies
+- watched by one supervisor in the engine's task group, which waits for its exit through `hyperhive.procs`
+  (a pidfd, polled when none can be had; no thread per child, never a blocking wait), applies
   the timeout, and on the end writes the final row and, unless someone was waiting for it inline, a wake
   `bash-task-<id>` in the same transaction.
 
@@ -31,6 +32,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from hyperhive.errors import TaskError, UnknownTask
+from hyperhive.procs import wait_exit
 from hyperhive.store import Store, TaskRow, TaskStatus
 from hyperhive.tasks.output import Tail, last_lines, read_tail
 from hyperhive.tasks.process import process_start, same_process, terminate_group
@@ -328,27 +330,25 @@ class TaskEngine:
             with anyio.CancelScope(shield=True):
                 self._closing = True
                 await terminate_group(live.pgid, self.kill_grace)
-                self._record_end(live, live.proc.wait())
+                code = -signal.SIGKILL  # what to record should the leader outlive SIGKILL (stuck in the kernel)
+                with anyio.move_on_after(5.0):
+                    code = await wait_exit(live.proc)
+                self._record_end(live, code)
             raise
         self._record_end(live, code)
 
     async def _await_exit(self, live: _Live) -> int:
-        """Wait for the leader to exit (applying the timeout) and reap it; returns Popen's returncode."""
+        """Wait for the leader to exit (applying the timeout) and reap it; returns Popen's returncode.
+
+        `procs.wait_exit` never blocks the event loop, even when no pidfd can be had (then it polls)."""
         timeout = self.store.get_task(live.id).timeout_secs
-        try:
-            pidfd = os.pidfd_open(live.proc.pid)
-        except OSError:
-            return live.proc.wait()  # already gone: wait() returns at once
-        try:
-            with anyio.move_on_after(timeout if timeout is not None else math.inf):
-                await anyio.wait_readable(pidfd)
-            if live.proc.poll() is None:  # the timeout fired first
-                live.timed_out = True
-                await terminate_group(live.pgid, self.kill_grace)
-                await anyio.wait_readable(pidfd)
-        finally:
-            os.close(pidfd)
-        return live.proc.wait()
+        with anyio.move_on_after(timeout if timeout is not None else math.inf):
+            return await wait_exit(live.proc)
+        if (code := live.proc.poll()) is not None:  # it ended just as the timeout fired
+            return code
+        live.timed_out = True
+        await terminate_group(live.pgid, self.kill_grace)
+        return await wait_exit(live.proc)
 
     def _record_end(self, live: _Live, code: int) -> None:
         self._live.pop(live.id, None)
