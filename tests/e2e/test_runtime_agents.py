@@ -24,7 +24,7 @@ from hyperhive.agents import AGENTS, AgentProfile
 from hyperhive.config import Config
 from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
-from hyperhive.runtime.base import Interruptible, ListSink, Runtime
+from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.errors import IdleTimeout, TurnError, TurnFailed
 from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
 from hyperhive.store import Store
@@ -122,12 +122,7 @@ def store(agent: Agent) -> Iterator[Store]:
 
 
 def cancel(runtime: Runtime) -> None:
-    canceller = runtime.canceller()
-    if canceller is not None:
-        canceller.cancel()
-    else:
-        assert isinstance(runtime, Interruptible)  # claude: the harness signals the process
-        runtime.interrupt()
+    assert runtime.interrupt()  # one stop for every backend; True: a turn was in flight
 
 
 async def turn(runtime: Runtime, prompt: str) -> tuple[ResultLine, ListSink]:

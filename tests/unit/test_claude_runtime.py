@@ -19,7 +19,7 @@ import pytest
 from hyperhive.config import Config
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime import claude_process, make_runtime
-from hyperhive.runtime.base import ListSink
+from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.claude import ClaudeRuntime
 from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnFailed
 from hyperhive.runtime.stream import (
@@ -409,8 +409,9 @@ async def test_interrupt_without_a_turn_does_nothing(env: Env) -> None:
     assert env.runtime().interrupt() is False
 
 
-async def test_canceller_is_none_because_claude_is_stopped_by_signal(env: Env) -> None:
-    assert env.runtime().canceller() is None
+async def test_claude_runtime_stops_turns_through_the_runtime_interface(env: Env) -> None:
+    runtime: Runtime = env.runtime()  # `interrupt` is the Runtime operation: no backend-specific handle
+    assert runtime.interrupt() is False
 
 
 async def test_cancelling_run_kills_and_reaps_claude_and_its_children(env: Env) -> None:

@@ -67,9 +67,6 @@ class FakeRuntime:
     async def archive(self) -> None:
         self.archived += 1
 
-    def canceller(self) -> None:
-        return None
-
     def interrupt(self) -> bool:
         if not self.in_turn:
             return False

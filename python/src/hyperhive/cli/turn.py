@@ -21,7 +21,7 @@ from hyperhive.cli import config_or_exit
 from hyperhive.config import Config
 from hyperhive.errors import ConfigError, HyperhiveError, StoreError
 from hyperhive.runtime import Runtime, make_runtime
-from hyperhive.runtime.base import Interruptible, Sink, TeeSink
+from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.render import RenderSink
 from hyperhive.runtime.stream import StreamLine, dump_line
 from hyperhive.runtime.transcript import TranscriptSink
@@ -128,7 +128,7 @@ async def _main(config: Config, prompt: str, resume: bool, render: bool) -> int:
                 with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
                     task_status.started()
                     async for signum in signals:
-                        if stopped_by is not None or not _interrupt(runtime):
+                        if stopped_by is not None or not runtime.interrupt():
                             tg.cancel_scope.cancel()  # a second signal, or nothing to interrupt: stop now
                         stopped_by = stopped_by or signal.Signals(signum)
 
@@ -152,13 +152,3 @@ async def _one_turn(runtime: Runtime, prompt: str, resume: bool, sink: Sink) -> 
         click.echo(f"hyperhive: turn failed: {exc}", err=True)
         return 1
     return 0
-
-
-def _interrupt(runtime: Runtime) -> bool:
-    """Ask the runtime to end its turn cleanly: ACP through its canceller, claude by signalling claude."""
-    canceller = runtime.canceller()
-    if canceller is not None:
-        canceller.cancel()
-        return True
-    # ClaudeRuntime.interrupt() says False when no turn is running yet (or any more).
-    return isinstance(runtime, Interruptible) and runtime.interrupt()

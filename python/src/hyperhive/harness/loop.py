@@ -26,7 +26,7 @@ from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt
 from hyperhive.harness.records import Records, TurnEnd
 from hyperhive.runtime import Runtime
-from hyperhive.runtime.base import Interruptible, Sink, TeeSink
+from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
@@ -46,15 +46,6 @@ class LoopPolicy:
 
     def backoff(self, failures: int) -> float:
         return float(min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1)))
-
-
-def interrupt(runtime: Runtime) -> bool:
-    """Stop the turn in flight, whichever backend runs it; False when no turn is running."""
-    canceller = runtime.canceller()
-    if canceller is not None:
-        canceller.cancel()
-        return True
-    return isinstance(runtime, Interruptible) and runtime.interrupt()
 
 
 class TurnLoop:
@@ -91,7 +82,7 @@ class TurnLoop:
         self._stopping = True
         self._stop_event.set()
         self.doorbell.ring()
-        return self.current_turn is not None and interrupt(self.runtime)
+        return self.current_turn is not None and self.runtime.interrupt()
 
     def _set_state(self, state: str) -> None:
         self.state = state

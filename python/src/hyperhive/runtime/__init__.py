@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hyperhive.runtime.base import Canceller, ListSink, Runtime, Sink, TeeSink
+from hyperhive.runtime.base import ListSink, Runtime, Sink, TeeSink
 
 if TYPE_CHECKING:
     from hyperhive.config import Config
     from hyperhive.store import Store
 
-__all__ = ["Canceller", "ListSink", "Runtime", "Sink", "TeeSink", "make_runtime"]
+__all__ = ["ListSink", "Runtime", "Sink", "TeeSink", "make_runtime"]
 
 
 def make_runtime(config: Config, store: Store) -> Runtime:

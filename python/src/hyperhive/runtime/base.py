@@ -8,7 +8,7 @@ failed `result` line has then already gone to the sink, and the error carries it
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from hyperhive.runtime.stream import ResultLine, StreamLine
 
@@ -17,23 +17,6 @@ class Sink(Protocol):
     """Where a turn's lines go. Called in order; a slow sink slows the turn (back-pressure, not loss)."""
 
     async def emit(self, line: StreamLine) -> None: ...
-
-
-@runtime_checkable
-class Canceller(Protocol):
-    """Stops the turn in flight from outside `run`; safe to call at any time, any number of times."""
-
-    def cancel(self) -> None: ...
-
-
-@runtime_checkable
-class Interruptible(Protocol):
-    """A runtime whose turn the harness stops by signalling the agent process (claude: `canceller()` is None).
-
-    `interrupt()` ends the turn in flight as `cancelled`; False when no turn is running.
-    """
-
-    def interrupt(self) -> bool: ...
 
 
 class Runtime(Protocol):
@@ -49,8 +32,17 @@ class Runtime(Protocol):
         """Forget the session: the next turn starts a fresh one. Its transcript stays."""
         ...
 
-    def canceller(self) -> Canceller | None:
-        """A handle that cancels the current turn, or None where the harness signals the process itself."""
+    def interrupt(self) -> bool:
+        """Stop the turn in flight, whichever backend runs it: one operation for every caller.
+
+        True when a turn was in flight and its stop has been started; False when there was nothing to stop.
+        Synchronous and safe from any task of the event loop, any number of times. How the stop went is
+        what the interrupted `run` then returns or raises, within `HIVE_CANCEL_GRACE` plus the kill ladder:
+        a result with `stop_reason: "cancelled"` when the agent stopped; when it ignored the stop and was
+        killed, `CancelIgnored` from an ACP agent (its process, kept between turns, is gone: the next turn
+        respawns it; `IdleKilled` if the idle watchdog had asked first), while claude, whose process ends
+        with every turn anyway, still returns the `cancelled` result (its text `interrupted`).
+        """
         ...
 
     async def aclose(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 
 from hyperhive.config import Config
-from hyperhive.runtime.base import Canceller, Sink
+from hyperhive.runtime.base import Sink
 from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, ClaudeProcess
 from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnError, TurnFailed
@@ -81,15 +81,12 @@ class ClaudeRuntime:
     async def archive(self) -> None:
         self.store.archive_session(self.name)
 
-    def canceller(self) -> Canceller | None:
-        # design.md 3.4: the harness stops a claude turn by signalling the process, through `interrupt`.
-        return None
-
     def interrupt(self) -> bool:
         """Stop the turn in flight: SIGINT to claude's group, the kill ladder after `cancel_grace`.
 
-        The turn then ends with a result whose `stop_reason` is `cancelled`, returned by `run`. Safe to call
-        at any time, any number of times; returns False when no turn is running.
+        The turn then ends with a result whose `stop_reason` is `cancelled`, returned by `run` (claude
+        answers SIGINT with `[Request interrupted by user]`; a claude that ignores it is killed and the turn
+        still ends `cancelled`). Safe from any task, any number of times; False when no turn is running.
         """
         turn = self._turn
         if turn is None:
@@ -157,8 +154,7 @@ class ClaudeRuntime:
         outcome: ResultLine | Exception
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(proc.drain_stderr)
-                tg.start_soon(proc.reap_leftovers)
+                tg.start_soon(proc.supervise)
                 tg.start_soon(self._escalate, turn, proc)
                 # Raised inside the task group, an error would come out wrapped in an ExceptionGroup.
                 try:

@@ -1,23 +1,22 @@
-"""One `claude --print` process: its own process group, stdout read as lines under an idle clock, stderr
-drained into a bounded tail, and a cleanup that leaves nothing of the group behind on any path.
+"""One `claude --print` process: stdout read as lines under an idle clock, everything else (its own process
+group, stderr drained into a bounded tail, exit detection, the kill ladder, leftovers) from `hyperhive.procs`.
 
-The CLI is a group leader (`start_new_session`), so one `killpg` reaches the MCP stdio servers it spawned
-too, and a Ctrl-C typed at the harness's terminal does not reach it behind the harness's back.
+The CLI is a group leader, so one `killpg` reaches the MCP stdio servers it spawned too, and a Ctrl-C typed
+at the harness's terminal does not reach it behind the harness's back.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream
 
+from hyperhive.procs import Child
 from hyperhive.runtime.errors import ProtocolError
-from hyperhive.tasks.process import group_alive, signal_group, terminate_group
 
 # TERM → KILL: claude gets a moment to flush its session file (the SDK grants the same).
 KILL_GRACE = 2.0
@@ -30,51 +29,59 @@ STDERR_TAIL_BYTES = 8192
 # A tool result can be large, but a line this long is a broken stream, not a turn.
 MAX_LINE_BYTES = 64 * 1024 * 1024
 _CHUNK = 64 * 1024
-_STDERR_LOG_LINE = 2000
 _CLOSED = (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
 class ClaudeProcess:
-    """A started process. Use `start()`, then `next_line()` until None, and always `close()` (shielded)."""
+    """A started process. Use `start()`, then `next_line()` until None, and always `close()` (shielded).
 
-    def __init__(self, proc: Process, logger: logging.Logger) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
-        self.proc = proc
-        self.pgid = proc.pid  # a session leader leads its own group
-        self.log = logger
+    `supervise()` must run beside the reader (in the turn's task group): it drains stderr, reaps claude the
+    moment it exits, and then ends what it left in its group, so a leftover holding our stdout cannot keep
+    the turn open until the idle watchdog fires.
+    """
+
+    def __init__(self, child: Child) -> None:
+        assert child.stdout is not None
+        self.child = child
+        self.pgid = child.pgid
         self.stdout_ended = anyio.Event()
-        self.stderr_ended = anyio.Event()
         self.killed = False  # we signalled the group to end it
-        self._stdout: ByteReceiveStream = proc.stdout
-        self._stderr: ByteReceiveStream = proc.stderr
+        self._stdout: ByteReceiveStream = child.stdout
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already searched for a newline
-        self._stderr_tail = bytearray()
 
     @classmethod
     async def start(cls, argv: Sequence[str], cwd: Path, logger: logging.Logger) -> ClaudeProcess:
         """Spawn; `OSError` (missing or non-executable command) propagates for the caller to explain."""
-        proc = await anyio.open_process(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        child = Child.spawn(
+            argv,
             cwd=cwd,
-            start_new_session=True,
+            stdin="devnull",
+            stdout="pipe",
+            stderr="pipe",
+            label="claude",
+            log=logger,
+            leftover_settle=LEFTOVER_GRACE,
+            leftover_grace=KILL_GRACE,
+            tail_bytes=STDERR_TAIL_BYTES,
         )
-        return cls(proc, logger)
+        return cls(child)
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.child.pid
 
     @property
     def returncode(self) -> int | None:
-        return self.proc.returncode
+        return self.child.returncode
+
+    @property
+    def stderr_ended(self) -> anyio.Event:
+        return self.child.stderr_done
 
     @property
     def stderr_tail(self) -> str:
-        return self._stderr_tail.decode("utf-8", "replace")
+        return self.child.stderr_tail
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -107,70 +114,28 @@ class ClaudeProcess:
                     continue
             self._buf += chunk
 
-    async def drain_stderr(self) -> None:
-        """Read stderr to its end (a full pipe would stall claude), keeping a tail and logging each line."""
-        partial = b""
-        try:
-            async for chunk in self._stderr:
-                self._stderr_tail += chunk
-                del self._stderr_tail[:-STDERR_TAIL_BYTES]
-                *lines, partial = (partial + chunk).split(b"\n")
-                for raw in lines:
-                    self._log_stderr(raw)
-                partial = partial[-_STDERR_LOG_LINE:]
-        except _CLOSED:
-            pass
-        finally:
-            self.stderr_ended.set()
-        self._log_stderr(partial)
-
-    def _log_stderr(self, raw: bytes) -> None:
-        text = raw[:_STDERR_LOG_LINE].decode("utf-8", "replace").rstrip()
-        if text:
-            self.log.info("claude[%d] stderr: %s", self.pid, text)
-
     # -- ending --------------------------------------------------------------------------------------
+
+    async def supervise(self) -> None:
+        await self.child.supervise()
 
     def interrupt(self) -> None:
         """SIGINT the group: what a Ctrl-C at claude's own terminal would do."""
-        if self.returncode is None:
-            signal_group(self.pgid, signal.SIGINT)
+        if self.child.running:
+            self.child.signal(signal.SIGINT)
 
     async def kill(self) -> None:
         """TERM the group, KILL after the grace."""
         self.killed = True
-        await terminate_group(self.pgid, KILL_GRACE)
+        await self.child.terminate(KILL_GRACE)
 
     async def wait(self, within: float) -> int | None:
         """The exit code once the leader has exited (and been reaped), or None after `within` seconds."""
-        with anyio.move_on_after(within):
-            return await self.proc.wait()
-        return None
-
-    async def reap_leftovers(self) -> None:
-        """Once the leader exits, kill what it left in its group: its pipes must end and nothing may leak.
-
-        Runs beside the reader: a leftover holding our stdout would otherwise keep the turn open until the
-        idle watchdog fires.
-        """
-        await self.proc.wait()
-        await self._end_group()
-
-    async def _end_group(self) -> None:
-        with anyio.move_on_after(LEFTOVER_GRACE):
-            while group_alive(self.pgid):
-                await anyio.sleep(0.02)
-        if group_alive(self.pgid):
-            self.log.info("claude[%d] left processes in its group; killing them", self.pid)
-            await terminate_group(self.pgid, KILL_GRACE)
+        return await self.child.wait_within(within)
 
     async def close(self) -> None:
-        """Leave nothing behind: kill the group if the leader still runs, reap it, kill leftovers, close
-        the pipes. Every wait is bounded; call it inside a shielded scope."""
-        if self.returncode is None:
+        """Leave nothing behind: end the group if the leader still runs (TERM, grace, KILL), reap it, end
+        its leftovers, close the pipes. Every wait is bounded; call it inside a shielded scope."""
+        if self.child.running:
             await self.kill()
-        if await self.wait(KILL_GRACE + 3.0) is None:
-            self.log.error("claude[%d] survived SIGKILL; giving up on reaping it", self.pid)
-        await self._end_group()
-        with anyio.move_on_after(1.0):
-            await self.proc.aclose()
+        await self.child.aclose()

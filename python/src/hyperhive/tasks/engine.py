@@ -8,7 +8,8 @@ harness once it runs (design.md 2: "the harness owns background tasks"). Every t
   the group; see `tasks/cgroup.py`), stdin /dev/null, stdout and stderr opened straight onto
   `<id>.out` / `<id>.err` (the child writes them; no byte passes through Python);
 - a row in the store, moved pending → running → done | timed_out | killed | interrupted;
-- watched by one supervisor in the engine's task group, which waits on a pidfd (no thread per child), applies
+- watched by one supervisor in the engine's task group, which waits for its exit through `hyperhive.procs`
+  (a pidfd, polled when none can be had; no thread per child, never a blocking wait), applies
   the timeout, and on the end writes the final row and, unless someone was waiting for it inline, a wake
   `bash-task-<id>` in the same transaction.
 
@@ -41,6 +42,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from hyperhive.errors import StoreError, StoreUnavailable, TaskError, UnknownTask
+from hyperhive.procs import wait_exit
 from hyperhive.store import Store, TaskRow, TaskStatus, describe_sqlite_error, private_dir
 from hyperhive.tasks import cgroup as cgroup_mod
 from hyperhive.tasks.output import Tail, last_lines, read_tail
@@ -346,6 +348,17 @@ class TaskEngine:
                 delay = min(delay * 2, RETRY_MAX)
         self.recovered.set()
 
+    async def _after_recovery(self, row: TaskRow) -> TaskRow:
+        """A task a dead engine left unfinished is being recovered in the background: answer once it is, so
+        that nobody is told `running` about a task whose host is gone."""
+        if row.final or row.id in self._live or self.recovered is None or self.recovered.is_set():
+            return row
+        if same_process(row.owner_pid, row.owner_start):
+            return row  # another live engine's task
+        with anyio.move_on_after(10.0):
+            await self.recovered.wait()
+        return await self._row(row.id)
+
     async def _sweep_stale_cgroups(self) -> None:
         """Kill and remove `task-<id>` cgroups no live engine accounts for (left by a crashed one)."""
         if self._cgroups is None:
@@ -382,7 +395,7 @@ class TaskEngine:
     async def status(self, task_id: object, wait_seconds: object = 0) -> TaskView:
         tid = check_id(task_id)
         wait = check_wait(wait_seconds)
-        row = await self._find(tid, task_id)
+        row = await self._after_recovery(await self._find(tid, task_id))
         live = self._live.get(tid)
         if live is not None:
             live.waiters += 1
@@ -394,7 +407,7 @@ class TaskEngine:
 
     async def kill(self, task_id: object) -> KillResult:
         tid = check_id(task_id)
-        row = await self._find(tid, task_id)
+        row = await self._after_recovery(await self._find(tid, task_id))
         live = self._live.get(tid)
         if live is not None:
             live.kill_requested = True  # the supervisor reads it from here; the store gets it for others
@@ -653,7 +666,10 @@ class TaskEngine:
             with anyio.CancelScope(shield=True):
                 self._closing = True
                 await self._kill_everything(live.pgid, live.cgroup)
-                end = await self._record_end(live, live.proc.wait())
+                code = -signal.SIGKILL  # what to record should the leader outlive SIGKILL (stuck in the kernel)
+                with anyio.move_on_after(5.0):
+                    code = await wait_exit(live.proc)
+                end = await self._record_end(live, code)
                 with anyio.move_on_after(5.0):
                     await self._write_end(end)
             raise
@@ -664,22 +680,17 @@ class TaskEngine:
         await self._write_end(end)
 
     async def _await_exit(self, live: _Live) -> int:
-        """Wait for the leader to exit (applying the timeout) and reap it; returns Popen's returncode."""
+        """Wait for the leader to exit (applying the timeout) and reap it; returns Popen's returncode.
+
+        `procs.wait_exit` never blocks the event loop, even when no pidfd can be had (then it polls)."""
         timeout = live.timeout
-        try:
-            pidfd = os.pidfd_open(live.proc.pid)
-        except OSError:
-            return live.proc.wait()  # already gone: wait() returns at once
-        try:
-            with anyio.move_on_after(timeout if timeout is not None else math.inf):
-                await anyio.wait_readable(pidfd)
-            if live.proc.poll() is None:  # the timeout fired first
-                live.timed_out = True
-                await terminate_group(live.pgid, self.kill_grace)
-                await anyio.wait_readable(pidfd)
-        finally:
-            os.close(pidfd)
-        return live.proc.wait()
+        with anyio.move_on_after(timeout if timeout is not None else math.inf):
+            return await wait_exit(live.proc)
+        if (code := live.proc.poll()) is not None:  # it ended just as the timeout fired
+            return code
+        live.timed_out = True
+        await terminate_group(live.pgid, self.kill_grace)
+        return await wait_exit(live.proc)
 
     async def _record_end(self, live: _Live, code: int) -> _End:
         """Decide the end (status, wake or not) at this instant, and let waiters see it at once."""

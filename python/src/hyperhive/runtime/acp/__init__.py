@@ -1,11 +1,11 @@
 """The ACP backend: turns driven through any Agent Client Protocol agent, reported as claude stream-json.
 
 - `runtime.py`: `AcpRuntime`, the `Runtime` (sessions, turn outcome, errors);
-- `link.py`: one running agent (spawn, initialize, sessions, endings);
-- `process.py`: the agent process (process group, stderr drain, stop ladder);
+- `link.py`: one running agent (its process, through `hyperhive.procs`; initialize, sessions, the wire
+  lent to one turn at a time, endings);
 - `transport.py`: the wire (bounded NDJSON framing, protocol errors, wire-order hooks);
 - `gate.py`: which turn a `session/update` belongs to, by wire position;
-- `turn.py`: one prompt in flight (idle watchdog, cancel, kill);
+- `turn.py`: one prompt in flight (idle watchdog, cancel, kill), against the small `PromptPeer` protocol;
 - `translate.py`: `session/update` → stream-json lines (pure);
 - `client.py`: what hyperhive answers the agent (permissions by policy).
 """

@@ -58,6 +58,11 @@ class TurnFeed:
         for line in self.translator.feed(note.update):
             self.emit(line)
 
+    def finish(self) -> None:
+        """The turn is over on the wire: flush what the translator still holds (an open text block)."""
+        for line in self.translator.finish():
+            self.emit(line)
+
     def emit(self, line: StreamLine) -> None:
         try:
             self.lines.send_nowait(line)  # the queue is unbounded: never blocks the agent's reader
@@ -66,7 +71,9 @@ class TurnFeed:
 
 
 class UpdateGate:
-    """Routes the agent's messages, in wire order, to the turn whose prompt is on the wire."""
+    """Routes the agent's messages, in wire order, to the turn whose prompt is on the wire.
+
+    Owned by the `AgentLink` (its transport calls `outgoing`/`incoming`), armed by `AgentLink.turn`."""
 
     def __init__(self) -> None:
         self._armed: TurnFeed | None = None  # the turn about to send its prompt, or sending it

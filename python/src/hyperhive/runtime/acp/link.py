@@ -1,14 +1,30 @@
 """One running agent: its process, the wire to it, the SDK connection over that wire, its open session.
 
 `AgentLink.start` spawns and initializes the agent and refuses it (`AgentRefused`) when it cannot be used;
-the session methods open, load and close sessions; `lost()` explains why the wire went dead; `shutdown`
+the session methods open, load and close sessions; `turn()` hands the wire to one prompt turn (the link's
+gate routes that turn's updates to it, and only for as long as it lasts) and `prompt`, `cancel` and `kill`
+are all a turn may do to the agent (`PromptPeer`); `lost()` explains why the wire went dead; `shutdown`
 and `kill` end it, reaping the process on every path.
+
+The process is a `hyperhive.procs.Child`, spawned here rather than through the SDK's
+`spawn_stdio_transport`, which would (1) give the agent a trimmed environment (HOME, LOGNAME, PATH, SHELL,
+TERM, USER only: API keys and HIVE_SOCKET lost), (2) pipe its stderr and never read it, so a chatty agent
+blocks once the pipe fills, and (3) signal only the agent, not the MCP servers and CLIs it started. Here
+the agent gets the harness's whole environment with `HIVE_ACP_ENV` over it, leads its own process group,
+its stderr goes to the `hyperhive.runtime.acp` logger (the last 8 KiB kept for error messages), and when it
+exits whatever is left of its group is stopped too (TERM, 1 s, KILL): nothing it started outlives it, and
+nothing holding its stdout open can hide its death from the reader. The child's one background job
+(`Child.supervise`) lives as long as the agent, across turns, which no caller's task group does: it is a
+plain asyncio task (the SDK is asyncio anyway), cancelled and awaited in `close()`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -23,16 +39,22 @@ from acp.schema import (
     Implementation,
     InitializeResponse,
     McpServerStdio,
+    PromptResponse,
+    TextContentBlock,
 )
+from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from hyperhive import __version__
 from hyperhive.mcp_servers import McpServers, StdioServer
+from hyperhive.procs import Child
 from hyperhive.runtime.acp.client import HiveClient, PermissionPolicy
-from hyperhive.runtime.acp.gate import UpdateGate
-from hyperhive.runtime.acp.process import AgentProcess, agent_environment
+from hyperhive.runtime.acp.gate import TurnFeed, UpdateGate
+from hyperhive.runtime.acp.translate import Translator
 from hyperhive.runtime.acp.transport import LineTransport
+from hyperhive.runtime.acp.turn import TurnControl
 from hyperhive.runtime.errors import AgentExited, AgentRefused, ProtocolError, TurnError
+from hyperhive.runtime.stream import StreamLine
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
@@ -42,6 +64,9 @@ _CLOSE_TIMEOUT = 2.0
 # ACP's `auth_required` error code: the agent wants `authenticate` before it opens a session.
 AUTH_REQUIRED = -32000
 AUTH_VARIABLE = "HIVE_ACP_AUTH_METHOD"
+STDERR_TAIL_BYTES = 8 * 1024
+# How long what is left of the agent's group gets between TERM and KILL once the agent itself is gone.
+_LEFTOVER_GRACE = 1.0
 
 
 def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
@@ -61,27 +86,65 @@ class LoadFailed(Exception):
     """`session/load` did not work; the caller falls back to `session/new`."""
 
 
+def agent_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """The harness's whole environment with the agent's own variables over it (HIVE_ACP_ENV)."""
+    return {**os.environ, **extra}
+
+
+async def spawn_agent(command: str, args: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> Child:
+    """Start the agent; a command that cannot be started is `AgentRefused`, with the reason."""
+    if not await anyio.Path(cwd).is_dir():
+        raise AgentRefused(command, f"its working directory {cwd} does not exist")
+    try:
+        child = Child.spawn(
+            [command, *args],
+            cwd=cwd,
+            env=env,
+            stdin="pipe",
+            stdout="pipe",
+            stderr="pipe",
+            label=command,
+            log=logger,
+            leftover_grace=_LEFTOVER_GRACE,
+            tail_bytes=STDERR_TAIL_BYTES,
+        )
+    except FileNotFoundError as exc:
+        raise AgentRefused(
+            command, f"the executable was not found ({exc.strerror}); check HIVE_ACP_COMMAND and PATH"
+        ) from exc
+    except PermissionError as exc:
+        raise AgentRefused(command, f"the executable cannot be run ({exc.strerror})") from exc
+    except OSError as exc:
+        raise AgentRefused(command, f"it could not be started: {exc}") from exc
+    logger.info("started %s (pid %d)", child.label, child.pid)
+    return child
+
+
 class AgentLink:
-    def __init__(self, process: AgentProcess, command: str, policy: PermissionPolicy, max_line_bytes: int) -> None:
-        self.process = process
+    """One running agent. Create with `start`; always end with `shutdown`, `kill` or `close`."""
+
+    def __init__(self, child: Child, command: str, policy: PermissionPolicy, max_line_bytes: int) -> None:
+        assert child.stdin is not None and child.stdout is not None
+        self.child = child
         self.command = command
         self.label = command
-        self.gate = UpdateGate()
+        self._gate = UpdateGate()
         self.transport = LineTransport(
-            process.stdout,
-            process.stdin,
+            child.stdout,
+            child.stdin,
             agent=command,
             max_line_bytes=max_line_bytes,
-            on_outgoing=self.gate.outgoing,
-            on_incoming=self.gate.incoming,
+            on_outgoing=self._gate.outgoing,
+            on_incoming=self._gate.incoming,
         )
-        self.client = HiveClient(policy, self.gate.cancelling, command)
+        self.client = HiveClient(policy, self._gate.cancelling, command)
         # Client-side requests need no use_unstable_protocol (that flag only gates what the peer may call
         # on us); `session/close` is sent all the same when the agent advertises it.
         self.conn = ClientSideConnection(self.client, self.transport)
         self.init: InitializeResponse | None = None
         self.session_id: str | None = None
         self._closed = False
+        self._supervisor = asyncio.create_task(child.supervise(), name=f"acp agent {child.pid}")
 
     # -- start ------------------------------------------------------------------------------------------
 
@@ -100,8 +163,8 @@ class AgentLink:
     ) -> AgentLink:
         """Spawn and initialize the agent, then `authenticate` with `auth_method` when one is given;
         `AgentRefused` (with the agent reaped) when it is unusable."""
-        process = await AgentProcess.spawn(command, args, env=agent_environment(env), cwd=cwd)
-        link = cls(process, command, policy, max_line_bytes)
+        child = await spawn_agent(command, args, env=agent_environment(env), cwd=cwd)
+        link = cls(child, command, policy, max_line_bytes)
         try:
             await link._initialize(start_timeout)
             if auth_method is not None:
@@ -134,7 +197,7 @@ class AgentLink:
         self.init = init
         if init.agent_info is not None:
             self.label = f"{init.agent_info.name} {init.agent_info.version}".strip()
-            self.process.label = self.client.agent = self.label
+            self.child.label = self.client.agent = self.label
         if init.protocol_version != PROTOCOL_VERSION:
             raise AgentRefused(
                 self.label, f"it speaks ACP version {init.protocol_version}; hyperhive speaks {PROTOCOL_VERSION}"
@@ -215,13 +278,7 @@ class AgentLink:
     @property
     def usable(self) -> bool:
         """Still running, with a live wire: can carry the next turn."""
-        return (
-            not self._closed
-            and self.process.running
-            and not self.process.exited.is_set()
-            and self.transport.failure is None
-            and not self.transport.eof
-        )
+        return not self._closed and self.child.running and self.transport.failure is None and not self.transport.eof
 
     # -- sessions -----------------------------------------------------------------------------------------
 
@@ -284,6 +341,35 @@ class AgentLink:
             except (RequestError, ConnectionError, ValidationError) as exc:
                 logger.info("%s: session/close %s failed: %s", self.label, session_id, exc)
 
+    # -- a turn ------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def turn(
+        self,
+        session_id: str,
+        translator: Translator,
+        lines: MemoryObjectSendStream[StreamLine],
+        control: TurnControl,
+    ) -> AsyncIterator[TurnFeed]:
+        """The wire belongs to one turn for the length of this context: the updates the agent writes after
+        its `session/prompt` and before the answer go through `translator` into `lines`. On the way out
+        the gate is closed and what the translator still holds is flushed."""
+        feed = TurnFeed(session_id, translator, lines, control)
+        self._gate.arm(feed)
+        try:
+            yield feed
+        finally:
+            self._gate.disarm()
+            feed.finish()
+
+    async def prompt(self, session_id: str, prompt: Sequence[TextContentBlock]) -> PromptResponse:
+        """`session/prompt`; what it raises (RequestError, ConnectionError, ValidationError) is the caller's."""
+        return await self.conn.prompt(session_id=session_id, prompt=list(prompt))
+
+    async def cancel(self, session_id: str) -> None:
+        """`session/cancel`; `ConnectionError` when the agent is gone."""
+        await self.conn.cancel(session_id=session_id)
+
     # -- endings -----------------------------------------------------------------------------------------
 
     async def lost(self) -> TurnError:
@@ -291,18 +377,18 @@ class AgentLink:
         if self.transport.failure is not None:
             await self.close()  # the stream is out of step: this agent cannot be trusted with another turn
             return self.transport.failure
-        code = await self.process.wait_exit(2.0)
+        code = await self.child.wait_within(2.0, gone=True)
         if code is None:  # stdout closed, process alive: nothing more can be said to it
-            await self.process.kill()
-            code = self.process.returncode
-        tail = await self.process.stderr_tail()
+            await self.child.kill()
+            code = self.child.returncode
+        tail = await self.child.stderr_settled()
         await self.close()
         return AgentExited(self.command, code, tail)
 
     async def kill(self) -> None:
         """SIGKILL the agent's group now (a cancel it ignored); the link is then closed."""
         with anyio.CancelScope(shield=True):
-            await self.process.kill()
+            await self.child.kill()
             await self.close()
 
     async def shutdown(self, *, grace: float) -> None:
@@ -314,7 +400,7 @@ class AgentLink:
             if self.usable:
                 await self.close_session()
                 await self.transport.close()
-            await self.process.stop(eof_grace=grace, term_grace=grace)
+            await self.child.stop(eof_grace=grace, term_grace=grace)
             await self.close()
 
     async def close(self) -> None:
@@ -323,15 +409,22 @@ class AgentLink:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            await self.process.kill()
+            await self.child.kill()
             # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks.
             with anyio.move_on_after(2.0):
                 await self.conn.close()
-            await self.process.aclose()
+            await self.child.aclose()  # lets the drain read stderr to its end (bounded), closes the pipes
+            self._supervisor.cancel()
+            try:
+                await self._supervisor
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                logger.exception("the supervision of %s failed", self.label)
 
     async def _tail_after_kill(self) -> str:
         await self.close()
-        tail = (await self.process.stderr_tail(0.5)).strip()
+        tail = (await self.child.stderr_settled(0.5)).strip()
         return f"; the end of its stderr:\n{tail}" if tail else ""
 
 

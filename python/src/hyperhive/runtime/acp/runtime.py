@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from hyperhive.config import Config
 from hyperhive.runtime.acp.client import PermissionPolicy
-from hyperhive.runtime.acp.gate import TurnFeed
 from hyperhive.runtime.acp.link import AgentLink, LoadFailed, acp_mcp_servers, invalid_reason, rpc_error
 from hyperhive.runtime.acp.translate import Translator, usage_fields
 from hyperhive.runtime.acp.transport import DEFAULT_MAX_LINE_BYTES
@@ -42,18 +41,6 @@ from hyperhive.store import Store
 logger = logging.getLogger("hyperhive.runtime.acp")
 
 RUNTIME = "acp"
-
-
-class _Canceller:
-    """The handle `AcpRuntime.canceller()` returns: cancels whichever turn is in flight, if any."""
-
-    def __init__(self, runtime: AcpRuntime) -> None:
-        self._runtime = runtime
-
-    def cancel(self) -> None:
-        control = self._runtime._control
-        if control is not None:
-            control.cancel()
 
 
 class _TurnState:
@@ -147,8 +134,14 @@ class AcpRuntime:
                 await self._link.close_session()
             logger.info("archived session %s of %s", archived, self.command)
 
-    def canceller(self) -> _Canceller:
-        return _Canceller(self)
+    def interrupt(self) -> bool:
+        """Cancel the turn in flight: `session/cancel` once its prompt is on the wire (at once if the agent is
+        still starting: then nothing is asked). See `Runtime.interrupt`; False when no turn is in flight."""
+        control = self._control
+        if control is None:
+            return False
+        control.cancel()
+        return True
 
     async def aclose(self) -> None:
         """Stop the agent: session/close if offered, EOF, TERM, KILL, each bounded; it is reaped."""
@@ -173,7 +166,7 @@ class AcpRuntime:
                 link=link, session_id=session_id, prompt=prompt, control=control, translator=translator, sink=sink
             )
         except anyio.get_cancelled_exc_class():
-            # Cancelled from outside (not through the Canceller) with a request in flight: the agent's
+            # Cancelled from outside (not through `interrupt`) with a request in flight: the agent's
             # state is unknown, so it is killed; the next turn starts it again and loads the session.
             await self._drop(link)
             raise
@@ -195,26 +188,20 @@ class AcpRuntime:
     ) -> PromptOutcome:
         """Send the prompt and report the turn's lines as they come; returns once they all reached the sink."""
         send, receive = anyio.create_memory_object_stream[StreamLine](math.inf)
-        feed = TurnFeed(session_id, translator, send, control)
-        turn = PromptTurn(
-            link,
-            session_id,
-            control,
-            feed.prompt_sent,
-            idle_timeout=self.config.idle_timeout,
-            cancel_grace=self.config.cancel_grace,
-        )
         sink_errors: list[Exception] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump, receive, sink, sink_errors)
             with send:
-                link.gate.arm(feed)
-                try:
+                async with link.turn(session_id, translator, send, control) as feed:
+                    turn = PromptTurn(
+                        link,
+                        session_id,
+                        control,
+                        feed.prompt_sent,
+                        idle_timeout=self.config.idle_timeout,
+                        cancel_grace=self.config.cancel_grace,
+                    )
                     outcome = await turn.run([text_block(prompt)])
-                finally:
-                    link.gate.disarm()
-                    for line in translator.finish():
-                        feed.emit(line)
         if sink_errors:
             raise sink_errors[0]
         return outcome

@@ -1,8 +1,8 @@
 """One `session/prompt` in flight, and the two ways it is stopped from outside.
 
 Both stops send the agent `session/cancel` (design.md 3.4):
-- the Canceller (`TurnControl.cancel`), when the harness asks; the turn then ends with stop reason
-  `cancelled`, whatever the agent answers;
+- an interrupt (`AcpRuntime.interrupt()` → `TurnControl.cancel`), when the harness asks; the turn then
+  ends with stop reason `cancelled`, whatever the agent answers;
 - the idle watchdog, when nothing has come from the agent for `idle_timeout` seconds; the turn fails.
 
 An agent that has not answered the prompt `cancel_grace` seconds after the cancel is killed, its whole
@@ -15,13 +15,10 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import anyio
 from acp.schema import PromptResponse, TextContentBlock
-
-if TYPE_CHECKING:
-    from hyperhive.runtime.acp.link import AgentLink
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
@@ -64,6 +61,19 @@ class TurnControl:
             self._wake = anyio.Event()
 
 
+class PromptPeer(Protocol):
+    """All a prompt turn does to the agent (`AgentLink` is one): ask, cancel, and kill when it will not stop."""
+
+    @property
+    def label(self) -> str: ...
+
+    async def prompt(self, session_id: str, prompt: Sequence[TextContentBlock]) -> PromptResponse: ...
+
+    async def cancel(self, session_id: str) -> None: ...
+
+    async def kill(self) -> None: ...
+
+
 @dataclass
 class PromptOutcome:
     response: PromptResponse | None = None
@@ -76,7 +86,7 @@ class PromptTurn:
 
     def __init__(
         self,
-        link: AgentLink,
+        peer: PromptPeer,
         session_id: str,
         control: TurnControl,
         prompt_sent: anyio.Event,
@@ -84,7 +94,7 @@ class PromptTurn:
         idle_timeout: float,
         cancel_grace: float,
     ) -> None:
-        self.link = link
+        self.peer = peer
         self.session_id = session_id
         self.control = control
         self.prompt_sent = prompt_sent
@@ -100,7 +110,7 @@ class PromptTurn:
         async def ask() -> None:
             with ask_scope:
                 try:
-                    outcome.response = await self.link.conn.prompt(session_id=self.session_id, prompt=list(prompt))
+                    outcome.response = await self.peer.prompt(self.session_id, prompt)
                 except Exception as exc:  # RequestError, ConnectionError, a malformed answer
                     outcome.error = exc
                 finally:
@@ -128,7 +138,7 @@ class PromptTurn:
                     control.stopping = "cancel"
                 elif now - control.last_activity >= self.idle_timeout:
                     control.stopping = "idle"
-                    logger.warning("%s sent nothing for %g s: cancelling the turn", self.link.label, self.idle_timeout)
+                    logger.warning("%s sent nothing for %g s: cancelling the turn", self.peer.label, self.idle_timeout)
                 if control.stopping is not None:
                     deadline = now + self.cancel_grace
                     await self._send_cancel(deadline, answered)
@@ -136,10 +146,10 @@ class PromptTurn:
                 await control.sleep(control.last_activity + self.idle_timeout - now)
             elif now >= deadline:
                 logger.warning(
-                    "%s did not answer session/cancel within %g s: killing it", self.link.label, self.cancel_grace
+                    "%s did not answer session/cancel within %g s: killing it", self.peer.label, self.cancel_grace
                 )
                 outcome.killed = True
-                await self.link.kill()
+                await self.peer.kill()
                 return
             else:
                 await control.sleep(deadline - now)
@@ -152,4 +162,4 @@ class PromptTurn:
             if answered.is_set():
                 return
             with contextlib.suppress(ConnectionError):  # the agent is gone: the prompt fails on its own
-                await self.link.conn.cancel(session_id=self.session_id)
+                await self.peer.cancel(self.session_id)
