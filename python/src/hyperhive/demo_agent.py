@@ -176,7 +176,7 @@ def plan_wake(wake: Wake) -> Plan:
         return Plan(
             "Starting a background task for you.",
             ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
-            "{result}. I will tell you when it is done.",
+            "It runs in the background ({result}); I will tell you when it is done.",
         )
     if source.startswith("bash-task-"):
         task = source.removeprefix("bash-task-")
@@ -440,7 +440,8 @@ class DemoAgent(Agent):
             return
         outcome = await self._call(session_id, session, plan.tool, cancel)
         if outcome is not None and plan.after:
-            await self._say(session_id, plan.after.format(result=outcome.text.strip()))
+            first_line = outcome.text.strip().splitlines()[0] if outcome.text.strip() else "no answer text"
+            await self._say(session_id, plan.after.format(result=first_line))
 
     async def _call(self, session_id: str, session: Session, step: ToolStep, cancel: anyio.Event) -> ToolOutcome | None:
         """Call a tool, reported to the client as an ACP tool call; None (having said why) when it failed."""
