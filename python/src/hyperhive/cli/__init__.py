@@ -20,6 +20,8 @@ from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_stat
 COMMANDS = {
     "agent": "hyperhive.cli.agent:agent",
     "bash-mcp": "hyperhive.cli.bash_mcp:bash_mcp",
+    "demo": "hyperhive.cli.demo:demo",
+    "demo-agent": "hyperhive.cli.demo_agent:demo_agent",
     "outbox": "hyperhive.cli.operator:outbox",
     "send": "hyperhive.cli.operator:send",
     "status": "hyperhive.cli.operator:status",

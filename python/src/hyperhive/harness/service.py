@@ -150,6 +150,7 @@ class Service:
             "last_turn": dataclasses.asdict(last) if last is not None else None,
             "turns": self.records.turn_count(),
             "http": self.http_url,
+            "subscribers": self.feed.subscribers,
         }
 
 

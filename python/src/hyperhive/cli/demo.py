@@ -1,0 +1,378 @@
+"""`hyperhive demo`: the whole service, offline, in a temporary state directory, with the built-in agent.
+
+    start `hyperhive agent` (runtime acp, agent `hyperhive demo-agent`) ─ wait for harness.sock
+    ─ follow `hyperhive tail -f` ─ `hyperhive send` a message ─ wait for the agent's reply in the outbox
+    ─ print the outbox ─ SIGTERM the service (it exits 0; the tail ends with it)
+
+It drives the service only through the operator CLI, as a user would. Every process it starts runs in its
+own process group and is stopped on every path (TERM, a grace, KILL), so a failure leaves nothing running;
+with `--keep` the service is left running on purpose and the commands to use it are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import anyio
+import anyio.abc
+import click
+from anyio.streams.text import TextReceiveStream
+
+from hyperhive.errors import HyperhiveError
+
+MESSAGE = "Please run a background task and tell me when it is done."
+SOCKET_NAME = "harness.sock"  # the service's control socket (hyperhive.harness.control.SOCKET_NAME)
+SOCKET_WITHIN = 20.0
+STOP_WITHIN = 30.0  # the service's own stop is bounded by HIVE_CANCEL_GRACE + its margin
+CLI_WITHIN = 30.0
+KILL_GRACE = 3.0
+POLL = 0.2
+PREFIX = "  │ "
+LOG_TAIL_LINES = 25
+
+
+class DemoFailed(HyperhiveError):
+    """The demo could not run to its end; the message says what happened and where the logs are."""
+
+
+def hyperhive_argv(*args: str) -> list[str]:
+    """This hyperhive, run by this Python (whatever is on PATH)."""
+    return [sys.executable, "-m", "hyperhive", *args]
+
+
+def demo_env(state: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of every process the demo starts: `base` without any HIVE_* (or systemd) setting of
+    the caller's, and the demo's own configuration."""
+    drop = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+    env = {k: v for k, v in base.items() if not k.startswith("HIVE_") and k not in drop}
+    env.update(
+        HIVE_RUNTIME="acp",
+        HIVE_ACP_COMMAND=sys.executable,
+        HIVE_ACP_ARGS=json.dumps(["-m", "hyperhive", "demo-agent"]),
+        HIVE_STATE_DIR=str(state),
+        HIVE_WORKDIR=str(state / "work"),
+        HIVE_IDLE_TIMEOUT="30",
+        HIVE_CANCEL_GRACE="3",
+    )
+    return env
+
+
+def make_state_dir() -> Path:
+    """A fresh private (0700) state directory with the agent's working directory in it."""
+    state = Path(tempfile.mkdtemp(prefix="hyperhive-demo-"))  # mkdtemp creates it 0700
+    (state / "work").mkdir(mode=0o700)
+    return state
+
+
+async def wait_for_socket(path: Path, *, within: float, exited: Callable[[], int | None]) -> None:
+    """Return once `path` accepts a connection; DemoFailed if `exited()` reports an exit status first, or
+    after `within` seconds."""
+    with anyio.move_on_after(within):
+        while True:
+            try:
+                stream = await anyio.connect_unix(path)
+            except OSError:
+                code = exited()
+                if code is not None:
+                    raise DemoFailed(f"the service exited (status {code}) before it opened {path}") from None
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
+    raise DemoFailed(f"the service did not open its control socket {path} within {within:g} s")
+
+
+def _signal_group(proc: anyio.abc.Process, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)  # each child leads its own group (start_new_session)
+
+
+class Children:
+    """The processes the demo started. Leaving the context stops every one still running, whatever the
+    path: SIGTERM to its process group, `grace` seconds, SIGKILL; each is reaped."""
+
+    def __init__(self, *, grace: float = KILL_GRACE) -> None:
+        self.grace = grace
+        self._procs: list[anyio.abc.Process] = []
+
+    async def __aenter__(self) -> Children:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop_all()
+
+    async def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], stdout: int | IO[Any] | None, stderr: int | IO[Any] | None
+    ) -> anyio.abc.Process:
+        proc = await anyio.open_process(
+            list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
+        )
+        self._procs.append(proc)
+        return proc
+
+    def detach(self, proc: anyio.abc.Process) -> None:
+        """Leave `proc` running when the context ends (`--keep`)."""
+        self._procs.remove(proc)
+
+    async def stop(self, proc: anyio.abc.Process, *, sig: signal.Signals = signal.SIGTERM, grace: float) -> int:
+        """Signal `proc`'s group, wait up to `grace` seconds, then SIGKILL it; returns its exit status."""
+        code: int | None = None
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:
+                _signal_group(proc, sig)
+                with anyio.move_on_after(grace):
+                    await proc.wait()
+            if proc.returncode is None:
+                _signal_group(proc, signal.SIGKILL)
+            code = await proc.wait()
+            if proc in self._procs:
+                self._procs.remove(proc)
+        assert code is not None
+        return code
+
+    async def stop_all(self) -> None:
+        for proc in reversed(list(self._procs)):
+            await self.stop(proc, grace=self.grace)
+
+
+def _echo(text: str = "", *, err: bool = False) -> None:
+    click.echo(text, err=err)
+    (sys.stderr if err else sys.stdout).flush()
+
+
+async def _show(stream: anyio.abc.ByteReceiveStream | None, prefix: str) -> None:
+    """Print a child's output line by line, each line prefixed."""
+    if stream is None:
+        return
+    pending = ""
+    async for chunk in TextReceiveStream(stream, errors="replace"):
+        *lines, pending = (pending + chunk).split("\n")
+        for line in lines:
+            _echo(prefix + line)
+    if pending:
+        _echo(prefix + pending)
+
+
+async def _cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run one operator command (bounded); DemoFailed when it cannot be run in time."""
+    try:
+        with anyio.fail_after(CLI_WITHIN):
+            return await anyio.run_process(hyperhive_argv(*args), env=dict(env), check=False)
+    except TimeoutError:
+        raise DemoFailed(f"`hyperhive {' '.join(args)}` did not finish within {CLI_WITHIN:g} s") from None
+
+
+def _cli_failed(args: Sequence[str], done: subprocess.CompletedProcess[bytes]) -> DemoFailed:
+    output = (done.stderr or done.stdout or b"").decode(errors="replace").strip()
+    return DemoFailed(f"`hyperhive {' '.join(args)}` failed (status {done.returncode}): {output}")
+
+
+async def _json_lines(env: Mapping[str, str], *args: str) -> list[dict[str, Any]]:
+    done = await _cli(env, *args)
+    if done.returncode != 0:
+        raise _cli_failed(args, done)
+    return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+
+
+async def _wait_for_subscriber(env: Mapping[str, str], *, within: float) -> None:
+    """Wait until the tail is subscribed, so it shows the first turn from its start (best effort: a service
+    that does not report `subscribers` in its status is not waited for)."""
+    with anyio.move_on_after(within):
+        while True:
+            done = await _cli(env, "status", "--json")
+            info = json.loads(done.stdout) if done.returncode == 0 else {}
+            if info.get("subscribers", 1) >= 1:
+                return
+            await anyio.sleep(POLL)
+
+
+async def wait_for_reply(env: Mapping[str, str], *, within: float) -> dict[str, Any]:
+    """The first outbox entry from the agent, polling `hyperhive outbox --json`."""
+    with anyio.move_on_after(within):
+        while True:
+            for entry in await _json_lines(env, "outbox", "--json"):
+                if entry.get("source") == "agent":
+                    return entry
+            await anyio.sleep(POLL)
+    raise DemoFailed(f"the agent did not reply within {within:g} s")
+
+
+async def _wait_idle(env: Mapping[str, str], *, within: float) -> None:
+    """Let the turn that replied finish, so the stream shows its end (best effort)."""
+    with anyio.move_on_after(within):
+        while True:
+            done = await _cli(env, "status", "--json")
+            if done.returncode != 0 or json.loads(done.stdout).get("state") == "idle":
+                return
+            await anyio.sleep(POLL)
+
+
+def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(PREFIX + line for line in text.splitlines()[-lines:])
+
+
+def _prog() -> str:
+    """How the operator runs hyperhive from a shell: `hyperhive` when that is on PATH, else this Python."""
+    return "hyperhive" if shutil.which("hyperhive") else f"{shlex.quote(sys.executable)} -m hyperhive"
+
+
+def keep_instructions(state: Path, pid: int) -> str:
+    env = f"HIVE_STATE_DIR={shlex.quote(str(state))}"
+    prog = _prog()
+    return "\n".join(
+        [
+            f"The service keeps running (pid {pid}); its state and log ({state / 'service.log'}) are in {state}.",
+            "Play with it:",
+            f"  {env} {prog} send 'run: ls -l'",
+            f"  {env} {prog} send 'remind 5s: stretch your legs'",
+            f"  {env} {prog} tail -f",
+            f"  {env} {prog} outbox",
+            f"  {env} {prog} status",
+            "Stop it (it exits 0) and clean up:",
+            f"  kill -TERM {pid} && rm -rf {shlex.quote(str(state))}",
+        ]
+    )
+
+
+async def run_demo(
+    *,
+    keep: bool,
+    within: float,
+    state: Path | None = None,
+    service_argv: Sequence[str] | None = None,
+) -> int:
+    """The demo; returns the exit status. Raises DemoFailed with what went wrong (everything stopped)."""
+    state = state or make_state_dir()
+    env = demo_env(state, os.environ)
+    log = state / "service.log"
+    argv = list(service_argv or hyperhive_argv("agent"))
+    _echo(f"hyperhive demo: state directory {state}")
+    _echo(f"starting the service: {shlex.join(argv)} (runtime acp, agent `hyperhive demo-agent`)")
+    failure: DemoFailed | None = None
+    async with Children() as children, anyio.create_task_group() as tg:
+        # Failures are caught inside the group (a task group would wrap them in an ExceptionGroup).
+        try:
+            await _steps(children, tg, argv=argv, env=env, state=state, keep=keep, within=within)
+        except DemoFailed as exc:
+            failure = exc
+            tg.cancel_scope.cancel()  # the tail's printer; the tail itself is stopped by `children`
+    if failure is not None:
+        tail_text = log_tail(log)
+        where = f"\nthe service's log ({log}) ends with:\n{tail_text}" if tail_text else ""
+        raise DemoFailed(f"{failure.message}{where}\n(the state directory {state} is left for a look)")
+    if not keep:
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+async def _steps(
+    children: Children,
+    tg: anyio.abc.TaskGroup,
+    *,
+    argv: list[str],
+    env: dict[str, str],
+    state: Path,
+    keep: bool,
+    within: float,
+) -> None:
+    with (state / "service.log").open("ab") as log_file:
+        service = await children.start(argv, env=env, stdout=log_file, stderr=log_file)
+    await wait_for_socket(state / SOCKET_NAME, within=SOCKET_WITHIN, exited=lambda: service.returncode)
+    _echo(f"the service is up (pid {service.pid}); its live stream (hyperhive tail -f):")
+    tail = await children.start(hyperhive_argv("tail", "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tg.start_soon(_show, tail.stdout, PREFIX)
+    await _wait_for_subscriber(env, within=5.0)
+    _echo(f"sending: {MESSAGE!r}")
+    sent = await _cli(env, "send", MESSAGE)
+    if sent.returncode != 0:
+        raise _cli_failed(["send", "…"], sent)
+    await wait_for_reply(env, within=within)
+    await _wait_idle(env, within=5.0)
+    outbox = await _cli(env, "outbox")
+    _echo("the agent replied; the outbox (hyperhive outbox):")
+    _echo("\n".join(PREFIX + line for line in outbox.stdout.decode(errors="replace").splitlines()))
+    if keep:
+        children.detach(service)
+        await children.stop(tail, grace=KILL_GRACE)
+        _echo(keep_instructions(state, service.pid))
+        return
+    _echo("stopping the service (SIGTERM)")
+    code = await children.stop(service, grace=STOP_WITHIN)
+    await children.stop(tail, grace=KILL_GRACE)
+    if code != 0:
+        raise DemoFailed(f"the service exited with status {code} after SIGTERM (expected 0)")
+    _echo("the service stopped cleanly (exit 0)")
+
+
+@click.command()
+@click.option("--keep", is_flag=True, help="Leave the service running afterwards, and print how to use it.")
+@click.option(
+    "--wait",
+    "within",
+    type=click.FloatRange(min=1),
+    default=15.0,
+    show_default=True,
+    help="Seconds to wait for the agent's reply once the message is sent.",
+)
+def demo(keep: bool, within: float) -> None:
+    """See the service work, offline, in a temporary state directory, with a built-in scripted agent.
+
+    Starts `hyperhive agent` with `hyperhive demo-agent` (an ACP agent without a model), shows the live
+    stream, sends a message: the agent starts a background task through the bash MCP server, the task's
+    end wakes it, it replies through hyperhive's own tools. Prints the outbox, stops the service.
+    """
+    try:
+        code = anyio.run(_with_signals, keep, within)
+    except DemoFailed as exc:
+        _echo(f"hyperhive demo: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)
+
+
+async def _with_signals(keep: bool, within: float) -> int:
+    """The demo, stopped cleanly (everything it started stopped too) by SIGINT/SIGTERM: exit 128+N."""
+    stopped_by: list[int] = []
+    failure: list[DemoFailed] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    stopped_by.append(signum)
+                    tg.cancel_scope.cancel()
+                    return
+
+        async def main() -> None:
+            try:
+                await run_demo(keep=keep, within=within)
+            except DemoFailed as exc:
+                failure.append(exc)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        tg.start_soon(main)
+    if failure:
+        raise failure[0]
+    if stopped_by:
+        name = signal.Signals(stopped_by[0]).name
+        _echo(f"hyperhive demo: stopped by {name}; everything it started is stopped", err=True)
+        return 128 + stopped_by[0]
+    return 0
