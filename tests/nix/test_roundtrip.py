@@ -53,6 +53,11 @@ def render_lines(settings_: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def literal(values: dict[str, str]) -> dict[str, str]:
+    """Values as an operator writes literal text where references are expanded: `${` doubled to `$${`."""
+    return {k: v.replace("${", "$${") for k, v in values.items()}
+
+
 def systemd_env(lines: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for line in lines:
@@ -87,9 +92,11 @@ def test_acp_settings_survive_render_systemd_and_load(
         given_settings = {
             "runtime": "acp",
             "acp": {"command": command, "args": args, "env": acp_env},
+            # Headers and env values are where `${NAME}` references live (expanded by the harness from the
+            # environment file); a literal `${` is written `$${`, and round-trips to itself.
             "mcpServers": {
-                "tool-1": {"command": command, "args": server_args, "env": acp_env},
-                "web": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-H": header}},
+                "tool-1": {"command": command, "args": server_args, "env": literal(acp_env)},
+                "web": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": literal({"X-H": header})},
             },
             "workingDirectory": str(workdir),
             "stateDirectory": str(state),
