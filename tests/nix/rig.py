@@ -30,7 +30,6 @@ from pathlib import Path
 from tests.nix.nixtool import REPO
 
 PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "nodejs", "procps"]
-MIRROR = "http://deb.debian.org/debian"
 CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))
 
 
@@ -40,6 +39,54 @@ class RigUnavailable(Exception):
 
 def rootfs_key() -> str:
     return hashlib.sha256(" ".join(["bookworm", "minbase", *PACKAGES]).encode()).hexdigest()[:12]
+
+
+def apt_mirror(suite: str = "bookworm") -> str:
+    """The Debian mirror this machine's apt uses for `suite` (deb822 `.sources` or one-line `sources.list`):
+    the rootfs comes from the same registry the machine already reaches."""
+    apt = Path("/etc/apt")
+    for path in sorted((apt / "sources.list.d").glob("*.sources")):
+        for stanza in path.read_text(errors="replace").split("\n\n"):
+            fields = dict(
+                line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
+            )
+            suites = fields.get("Suites", "").split()
+            if "deb" in fields.get("Types", "").split() and suite in suites and fields.get("URIs", "").strip():
+                return fields["URIs"].split()[0]
+    for path in [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            words = [w for w in line.split() if not w.startswith("[")]
+            if len(words) >= 3 and words[0] == "deb" and words[2] == suite:
+                return words[1]
+    raise RigUnavailable(f"no Debian {suite} mirror in /etc/apt sources to debootstrap from")
+
+
+RIG_VENV = REPO / ".venv-rig"
+
+
+def ensure_venv() -> Path:
+    """A venv of the repository on Debian's own python3 (the rootfs has the same 3.11), at a path the
+    container sees (the repository is bound at its own path): the development venv may rest on an
+    interpreter under /root, which neither the container nor the unit's DynamicUser can reach."""
+    python = Path("/usr/bin/python3")
+    if not python.exists():
+        raise RigUnavailable("/usr/bin/python3 (Debian's) is needed for the rig's venv")
+    stamp = RIG_VENV / ".installed"
+    source = (REPO / "python" / "pyproject.toml").read_bytes()
+    if stamp.exists() and stamp.read_bytes() == hashlib.sha256(source).hexdigest().encode():
+        return RIG_VENV
+    steps = [
+        [str(python), "-m", "venv", "--clear", str(RIG_VENV)],
+        [str(RIG_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(REPO / "python")],
+    ]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise RigUnavailable(f"{' '.join(cmd[:3])} failed: {proc.stderr[-800:]}")
+    stamp.write_text(hashlib.sha256(source).hexdigest())
+    return RIG_VENV
 
 
 def ensure_rootfs() -> Path:
@@ -56,7 +103,7 @@ def ensure_rootfs() -> Path:
             return target
         build = Path(tempfile.mkdtemp(prefix="rootfs-build-", dir=CACHE))
         proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm", str(build), MIRROR],
+            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm", str(build), apt_mirror()],
             capture_output=True,
             text=True,
             timeout=900,

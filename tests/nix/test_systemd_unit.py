@@ -25,14 +25,16 @@ import pytest
 
 from hyperhive.config import load_config
 from tests.nix.nixtool import REPO, eval_module, requires_lib, requires_nix
-from tests.nix.rig import Container, RigUnavailable, booted
+from tests.nix.rig import RIG_VENV, Container, RigUnavailable, booted, ensure_venv
 from tests.nix.unit_file import environment_of, to_service_file
 
 pytestmark = [requires_nix, requires_lib]
 
 STUB_EXE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
-HYPERHIVE = str(Path(sys.executable).parent / "hyperhive")
-PYTHON = str(Path(sys.executable).parent / "python")
+# Inside the container: the rig's own venv (Debian's python3, reachable there); on the host: this one.
+HYPERHIVE = str(RIG_VENV / "bin" / "hyperhive")
+PYTHON = str(RIG_VENV / "bin" / "python")
+HOST_HYPERHIVE = str(Path(sys.executable).parent / "hyperhive")
 MCP_FILE = "/etc/hyperhive/mcp-servers.json"
 STANDIN = str(Path(__file__).parent / "standin.py")
 START_TASK = str(REPO / "nix/tests/start_task.py")
@@ -42,7 +44,7 @@ DB = f"{STATE}/hyperhive.db"
 
 
 def agent_available() -> bool:
-    proc = subprocess.run([HYPERHIVE, "agent", "--help"], capture_output=True, timeout=60, check=False)
+    proc = subprocess.run([HOST_HYPERHIVE, "agent", "--help"], capture_output=True, timeout=60, check=False)
     return proc.returncode == 0
 
 
@@ -53,6 +55,7 @@ needs_agent = pytest.mark.skipif(not agent_available(), reason="hyperhive agent 
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     log = tmp_path_factory.mktemp("rig") / "nspawn.log"
     try:
+        ensure_venv()
         with booted(f"hive-{uuid.uuid4().hex[:8]}", log) as container:
             yield container
     except RigUnavailable as exc:
