@@ -102,8 +102,9 @@ def ensure_rootfs() -> Path:
         if (target / "usr/lib/systemd/systemd").exists():
             return target
         build = Path(tempfile.mkdtemp(prefix="rootfs-build-", dir=CACHE))
+        include = f"--include={','.join(PACKAGES)}"
         proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm", str(build), apt_mirror()],
+            ["debootstrap", "--variant=minbase", include, "bookworm", str(build), apt_mirror()],
             capture_output=True,
             text=True,
             timeout=900,
