@@ -1,13 +1,8 @@
-"""`hyperhive bash-mcp`: the bash MCP server on stdio."""
+"""`hyperhive bash-mcp`: the bash MCP server on stdio (the body is `hyperhive.bash_mcp.main`)."""
 
 from __future__ import annotations
 
-import logging
-
-import anyio
 import click
-
-from hyperhive.cli import config_or_exit
 
 
 @click.command("bash-mcp")
@@ -16,8 +11,6 @@ def bash_mcp() -> None:
 
     Standalone it hosts the background tasks itself: they end when the server ends (stdin closed, SIGTERM).
     """
-    from hyperhive.bash_mcp.server import serve_standalone
+    from hyperhive.bash_mcp.main import main
 
-    logging.basicConfig(level=logging.WARNING, format="hyperhive bash-mcp: %(levelname)s %(message)s")
-    config = config_or_exit()
-    anyio.run(serve_standalone, config)
+    main()
