@@ -121,10 +121,11 @@ def check_id(value: object) -> int:
     else:
         shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:39] + "…")
         shown = shown if len(shown) <= 60 else f"a {type(value).__name__}"
-    if tid is not None and tid > 0:
-        raise TaskError(f"no task with id {shown}: task ids are below 2**63", field="id", value=shown)
     raise TaskError(
-        f"task ids are positive whole numbers like 7 (as returned by run()), got {shown}", field="id", value=shown
+        f"no task with id {shown}: task ids are whole numbers from 1 to 2**63-1, as run() returns them;"
+        " list() shows the known tasks",
+        field="id",
+        value=shown,
     )
 
 
