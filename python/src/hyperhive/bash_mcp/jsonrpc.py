@@ -145,6 +145,9 @@ class StdioServer:
                 chunk = os.read(fd, 1 << 16) if pollable else await anyio.to_thread.run_sync(os.read, fd, 1 << 16)
             except BlockingIOError:
                 continue  # stdin shares a non-blocking open file with stdout (a terminal): wait again
+            except OSError as exc:  # EIO from a vanished terminal, and the like: nothing more will come
+                log.warning("stdin failed (%s); stopping", exc)
+                return
             if not chunk:
                 return
             buf += chunk
