@@ -12,10 +12,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hyperhive.errors import ConfigError
-from hyperhive.mcp_servers import McpServers, McpServersError, load_mcp_servers
+
+if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
+    from hyperhive.mcp_servers import McpServers
 
 Runtime = Literal["claude", "acp"]
 
@@ -33,7 +35,8 @@ class Config:
     acp_permission_policy: Literal["allow", "deny"] = "allow"
     # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
     acp_auth_method: str | None = None
-    mcp_servers: McpServers = field(default_factory=McpServers)
+    # None: HIVE_MCP_SERVERS unset, or not read (`hyperhive bash-mcp` never reads it).
+    mcp_servers: McpServers | None = None
     state_dir: Path = field(default_factory=lambda: Path(".hyperhive").absolute())
     workdir: Path = field(default_factory=Path.cwd)
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
@@ -57,10 +60,13 @@ class Config:
 
     def agent_mcp_servers(self) -> McpServers:
         """The MCP servers every agent gets: the configured ones, with our bash server always present."""
+        from hyperhive.mcp_servers import McpServers
+
+        servers = McpServers() if self.mcp_servers is None else self.mcp_servers
         env = {"HIVE_STATE_DIR": str(self.state_dir), "HIVE_WORKDIR": str(self.workdir)}
         if self.socket is not None:
             env["HIVE_SOCKET"] = str(self.socket)
-        return self.mcp_servers.with_bash(env)
+        return servers.with_bash(env)
 
 
 class _Reader:
@@ -142,11 +148,12 @@ OVERRIDABLE = {
 }
 
 
-def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Config:
+def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool = True, **overrides: object) -> Config:
     """Build the typed configuration from `env` (default: the process environment).
 
     `overrides` (command-line options; None means "not given") replace their variables before reading,
-    so they are validated by the same rules and a bad one is reported with the rest.
+    so they are validated by the same rules and a bad one is reported with the rest. `read_mcp_servers=False`
+    leaves HIVE_MCP_SERVERS (and pydantic) alone, for `hyperhive bash-mcp`, which never uses them.
     """
     merged = dict(os.environ if env is None else env)
     for name, value in overrides.items():
@@ -171,9 +178,11 @@ def load_config(env: Mapping[str, str] | None = None, **overrides: object) -> Co
         policy = "allow"
     acp_auth_method = r.auth_method("HIVE_ACP_AUTH_METHOD")
 
-    mcp_servers = McpServers()
-    mcp_path = r.get("HIVE_MCP_SERVERS")
+    mcp_servers = None
+    mcp_path = r.get("HIVE_MCP_SERVERS") if read_mcp_servers else None
     if mcp_path is not None:
+        from hyperhive.mcp_servers import McpServersError, load_mcp_servers
+
         try:
             mcp_servers = load_mcp_servers(Path(mcp_path), merged)
         except McpServersError as exc:

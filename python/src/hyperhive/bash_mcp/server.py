@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import replace
 from typing import Any, Protocol
 
 import anyio
@@ -22,6 +23,11 @@ from hyperhive.tasks.engine import DEFAULT_WAIT, MAX_WAIT, KillResult, RunResult
 from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
 
 log = logging.getLogger("hyperhive.bash_mcp")
+
+# list() cuts each command to this many characters, marked with "…", in its text and structured content.
+LIST_CMD_CHARS = 200
+# Any larger integer is far beyond every bound the engine applies to seconds, and may not fit a float.
+MAX_SECONDS = 10**15
 
 
 class TaskService(Protocol):
@@ -50,6 +56,8 @@ def build_tools(service: TaskService) -> list[Tool]:
         _only(args, "cmd", "timeout_secs", "wait_seconds")
         if "cmd" not in args:
             raise ToolFailure("run needs `cmd`, the shell command to run")
+        _unicode(args["cmd"], "cmd")
+        _seconds(args, "timeout_secs", "wait_seconds")
         try:
             result = await service.run(args["cmd"], args.get("timeout_secs"), args.get("wait_seconds", DEFAULT_WAIT))
         except TaskError as exc:
@@ -67,6 +75,7 @@ def build_tools(service: TaskService) -> list[Tool]:
         _only(args, "id", "wait_seconds")
         if "id" not in args:
             raise ToolFailure("status needs `id`, the task id that run() returned")
+        _seconds(args, "wait_seconds")
         try:
             view = await service.status(args["id"], args.get("wait_seconds", 0))
         except TaskError as exc:
@@ -87,7 +96,7 @@ def build_tools(service: TaskService) -> list[Tool]:
 
     async def list_(args: dict[str, Any]) -> ToolResult:
         _only(args)
-        rows = service.list()
+        rows = [replace(r, cmd=_cut(r.cmd)) for r in service.list()]
         text = "\n".join(summary(r) for r in rows) if rows else "no tasks yet"
         return _result(text, text, {"tasks": [{"id": r.id, "status": r.status, "cmd": r.cmd} for r in rows]})
 
@@ -148,6 +157,28 @@ def _result(text: str, message: str, data: dict[str, Any], *, is_error: bool = F
     structured form must read well on its own: `message` is the one line a model should see first.
     """
     return ToolResult(text, {"message": message, **data}, is_error=is_error)
+
+
+def _cut(cmd: str) -> str:
+    """A command as list() shows it: a task's command may be megabytes long, a listing line must not."""
+    return cmd if len(cmd) <= LIST_CMD_CHARS else cmd[: LIST_CMD_CHARS - 1] + "…"
+
+
+def _unicode(value: object, name: str) -> None:
+    """A string with a lone surrogate (valid JSON, not UTF-8) cannot reach a shell, a file or the store."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ToolFailure(f"{name} is not valid Unicode: a lone surrogate at position {exc.start}") from exc
+
+
+def _seconds(args: dict[str, Any], *names: str) -> None:
+    """An integer too large for a float (10**400) is no number of seconds; the engine checks the rest."""
+    for name in names:
+        value = args.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SECONDS:
+            raise ToolFailure(f"{name} must be a number of seconds, got an integer of {len(str(value))} digits")
 
 
 def _only(args: dict[str, Any], *allowed: str) -> None:

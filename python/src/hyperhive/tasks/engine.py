@@ -158,14 +158,29 @@ def check_timeout(value: object) -> float | None:
 
 
 def check_id(value: object) -> int:
-    """Task ids are integers; agents sometimes send them as strings ("7"), which is fine."""
-    if isinstance(value, bool):
-        raise UnknownTask(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    raise UnknownTask(value)
+    """Task ids are positive integers; agents sometimes send them as strings ("7"), which is fine.
+
+    Anything else is a `TaskError` naming the value, never a crash: booleans, fractions, digits that are not
+    ASCII ("²" passes `str.isdigit`, not `int`), negative numbers, and integers beyond SQLite's 64 bits.
+    """
+    tid: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        tid = value
+    elif isinstance(value, str) and (text := value.strip()).isascii() and text.isdigit():
+        tid = int(text) if len(text) <= 19 else 2**63  # longer is out of range (and int() refuses 4300+ digits)
+    if tid is not None and 0 < tid < 2**63:
+        return tid
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        shown = f"an integer of {value.bit_length()} bits"
+    else:
+        shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:39] + "…")
+        shown = shown if len(shown) <= 60 else f"a {type(value).__name__}"
+    raise TaskError(
+        f"no task with id {shown}: task ids are whole numbers from 1 to 2**63-1, as run() returns them;"
+        " list() shows the known tasks",
+        field="id",
+        value=shown,
+    )
 
 
 def _number(value: object, name: str) -> float:

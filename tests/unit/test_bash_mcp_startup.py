@@ -1,0 +1,87 @@
+"""`python -m hyperhive bash-mcp` starts for every agent turn: its import path holds only what it uses.
+
+The real command runs under `python -X importtime` (stdin at EOF, so it starts, serves nothing and exits),
+and every module it imported is checked against those it must never need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Prefixes of modules the bash server must not import: the agent runtimes, the MCP-server list models
+# (pydantic), the MCP and ACP SDKs, click (the CLI is skipped on this path), anyio's trio backend.
+FORBIDDEN = (
+    "pydantic",
+    "pydantic_core",
+    "mcp",
+    "acp",
+    "click",
+    "trio",
+    "anyio._backends._trio",
+    "hyperhive.runtime",
+    "hyperhive.mcp_servers",
+    "hyperhive.cli",
+)
+
+
+def imported_modules(tmp_path: Path, *args: str, **env: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hyperhive", *args],
+        check=False,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HIVE_STATE_DIR": str(tmp_path / "state"),
+            "HIVE_WORKDIR": str(tmp_path),
+            **env,
+        },
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # Lines look like `import time:       123 |        456 |     package.module`.
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def forbidden(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+
+
+def test_bash_mcp_imports_none_of_the_runtimes_sdks_or_pydantic(tmp_path: Path) -> None:
+    modules = imported_modules(tmp_path, "bash-mcp")
+    assert "hyperhive.bash_mcp.server" in modules  # it did start the server
+    assert forbidden(modules) == []
+
+
+def test_bash_mcp_ignores_hive_mcp_servers_even_when_it_is_broken(tmp_path: Path) -> None:
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"x": {"command": 7}}}))
+    modules = imported_modules(tmp_path, "bash-mcp", HIVE_MCP_SERVERS=str(servers))
+    assert forbidden(modules) == []
+
+
+def test_the_guard_sees_what_the_full_cli_imports(tmp_path: Path) -> None:
+    """The guard can fail: `hyperhive tasks` goes through click, which bash-mcp must not."""
+    assert "click" in forbidden(imported_modules(tmp_path, "tasks", "--help"))
+
+
+@pytest.mark.parametrize("args", [["bash-mcp", "--help"], ["--help"]])
+def test_other_invocations_still_go_through_the_cli(tmp_path: Path, args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperhive", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout
