@@ -241,7 +241,7 @@ class HyperhiveTools:
             port = sock.getsockname()[1]
             url = f"http://127.0.0.1:{port}{MCP_PATH}"
             mcp = self._build(port)
-            app = _LimitRequestBody(mcp.streamable_http_app(), MAX_REQUEST_BYTES)
+            app = _PostOnly(mcp.streamable_http_app(), MAX_REQUEST_BYTES)
             server = _QuietServer(
                 uvicorn.Config(
                     app,
@@ -431,10 +431,13 @@ def _excerpt(body: str) -> str:
 # -- HTTP plumbing ------------------------------------------------------------------------------------
 
 
-class _LimitRequestBody:
-    """Refuse (413) a request whose body exceeds `limit` bytes, before anything parses it.
+class _PostOnly:
+    """In front of the SDK's app: only POST, no request body larger than `limit` bytes, only JSON in UTF-8.
 
-    The SDK has its own limit only from mcp 1.2x on; this one holds on every version the project allows.
+    Stateless, the server never sends anything unasked, so the optional GET stream would only idle (and
+    hold shutdown up) and DELETE has no session to end: both get 405, which clients take as "no stream".
+    The body limit (413) is checked before anything parses the body; the SDK has its own only from a
+    late mcp 1.2x on, and this one holds on every version the project allows.
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -445,9 +448,12 @@ class _LimitRequestBody:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] != "POST":
+            await _plain(send, 405, "only POST is served here\n", [(b"allow", b"POST")])
+            return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+            await _plain(send, 413, f"request body larger than {self.limit} bytes\n")
             return
         chunks: list[bytes] = []
         size = 0
@@ -459,26 +465,55 @@ class _LimitRequestBody:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await self._refuse(send)
+                await _plain(send, 413, f"request body larger than {self.limit} bytes\n")
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
+        body = b"".join(chunks)
+        problem = _not_json(body)
+        if problem is not None:
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": f"Parse error: {problem}"}}
+            await _plain(send, 400, json.dumps(error), content_type=b"application/json")
+            return
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        body = f"request body larger than {self.limit} bytes\n".encode()
-        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+
+def _not_json(body: bytes) -> str | None:
+    """Why `body` is not one JSON document in UTF-8, or None. The SDK parses bytes with `json.loads`, which
+    guesses UTF-16/32 from NUL bytes and lets decoding and nesting errors escape as a 500; a body that passes
+    here parses there exactly the same way."""
+    try:
+        json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "the body is not UTF-8"
+    except RecursionError:
+        return "the body is nested too deeply"
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+async def _plain(
+    send: Send,
+    status: int,
+    text: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    content_type: bytes = b"text/plain; charset=utf-8",
+) -> None:
+    body = text.encode()
+    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _loopback_listener() -> socket.socket:
