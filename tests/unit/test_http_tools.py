@@ -554,3 +554,20 @@ def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
         tools = HyperhiveTools(tmp_path, Records(store), on_schedule=lambda: None, current_turn=lambda: None)
         with pytest.raises(HttpToolsError, match="not serving"):
             tools.server_entry()
+
+
+@pytest.mark.parametrize("after", [0, 0.001, 0.01, 0.05])
+async def test_cancellation_while_starting_does_not_hang(state: Path, after: float) -> None:
+    # Found by this test: under `tg.start`, a start cancelled early waited forever for the shielded server.
+    with Store(state / "hyperhive.db") as store:
+        tools = HyperhiveTools(state, Records(store), on_schedule=lambda: None, current_turn=lambda: None)
+        with anyio.fail_after(30):  # a bound against hanging, not a speed check
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tools.serve)
+                await anyio.sleep(after)
+                tg.cancel_scope.cancel()
+            with anyio.move_on_after(after):
+                async with anyio.create_task_group() as tg:
+                    await tg.start(tools.serve)
+                    await anyio.sleep_forever()
+    assert read_endpoint(state) is None

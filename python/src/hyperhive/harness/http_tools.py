@@ -259,8 +259,12 @@ class HyperhiveTools:
             )
             endpoint = Endpoint(url=url, pid=os.getpid())
             async with mcp.session_manager.run(), anyio.create_task_group() as tg:
-                await tg.start(server.serve_on, sock)
+                # Not tg.start: a start cancelled early would wait for a shielded child that never ends.
+                tg.start_soon(server.serve_on, sock)
                 try:
+                    await server.settled.wait()
+                    if not server.started:
+                        raise HttpToolsError("the HTTP server for hyperhive's tools did not start", url=url)
                     _write_endpoint(self.state_dir, endpoint)
                     self.url = url
                     log.info("hyperhive's tools at %s", url)
@@ -545,9 +549,9 @@ class _QuietServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self._exit = anyio.Event()
+        self.settled = anyio.Event()  # up, or ended without coming up
         self.stopped = anyio.Event()
         self._shield = anyio.CancelScope(shield=True)
-        self._task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -555,21 +559,19 @@ class _QuietServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
-        self._task_status.started()
+        self.settled.set()
 
     async def main_loop(self) -> None:
         await self.on_tick(0)  # sets the default headers once
         await self._exit.wait()
 
-    async def serve_on(self, sock: socket.socket, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        self._task_status = task_status
+    async def serve_on(self, sock: socket.socket) -> None:
         try:
             with self._shield:
                 await self.serve(sockets=[sock])
         finally:
             self.stopped.set()
-        if not self.started:
-            raise HttpToolsError("the HTTP server for hyperhive's tools did not start")
+            self.settled.set()
 
     async def stop(self, grace: float) -> None:
         self.should_exit = True
@@ -581,4 +583,5 @@ class _QuietServer(uvicorn.Server):
             log.warning("the HTTP tools did not stop within %g s: closing their connections", grace + 1)
             self.force_exit = True
             self._shield.cancel()
-            await self.stopped.wait()
+            with anyio.move_on_after(grace):
+                await self.stopped.wait()
