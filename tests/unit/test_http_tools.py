@@ -4,6 +4,7 @@ and by raw HTTP for what a well-behaved client never sends (no token, foreign Ho
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -571,3 +572,14 @@ async def test_cancellation_while_starting_does_not_hang(state: Path, after: flo
                     await tg.start(tools.serve)
                     await anyio.sleep_forever()
     assert read_endpoint(state) is None
+
+
+async def test_tool_calls_leave_no_sdk_chatter_in_the_log(state: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with serving(state) as served, served.session() as session:
+        await session.call_tool("reminders", {})
+    chatter = [
+        r.getMessage() for r in caplog.records if r.name.startswith("mcp.server") and r.levelno < logging.WARNING
+    ]
+    assert chatter == []
+    assert any(r.name == "hyperhive.harness.http" and served.url in r.getMessage() for r in caplog.records)

@@ -236,6 +236,7 @@ class HyperhiveTools:
         Cancellation stops it within about STOP_GRACE seconds: in-flight requests may finish, then
         connections are cut.
         """
+        _quiet_sdk_loggers()
         sock = _loopback_listener()
         try:
             port = sock.getsockname()[1]
@@ -518,6 +519,19 @@ async def _plain(
     head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
+
+
+# The SDK logs every request at INFO ("Processing request of type ...", "Terminating session: None"): in
+# the journal that is a line per tool call and per agent start, saying nothing.
+_CHATTY_SDK_LOGGERS = ("mcp.server.lowlevel.server", "mcp.server.streamable_http", "mcp.server.streamable_http_manager")
+
+
+def _quiet_sdk_loggers() -> None:
+    """Raise the chatty SDK loggers to WARNING, unless someone configured them already."""
+    for name in _CHATTY_SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
 
 
 def _loopback_listener() -> socket.socket:
