@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -31,6 +32,7 @@ from hyperhive.harness.lock import ServiceLock
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
+from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store import Store, WakeRow, prepare_state_dir
@@ -209,18 +211,20 @@ async def _run(
     socket_path = config.state_dir / SOCKET_NAME
     agent_config = dataclasses.replace(config, socket=socket_path)
     runtime: Runtime | None = None
+    loop: TurnLoop | None = None
     try:
         async with anyio.create_task_group() as tg:
-            http_url = await _start_tools(tg, agent_config, records, doorbell)
-            if http_url is not None:
-                agent_config = dataclasses.replace(agent_config, mcp_servers=http_url[1])
+
+            def current_turn() -> int | None:
+                return loop.current_turn if loop is not None else None
+
+            http_url, mcp_servers = await _start_tools(tg, agent_config, records, doorbell, current_turn)
+            agent_config = dataclasses.replace(agent_config, mcp_servers=mcp_servers)
             runtime = make_runtime(agent_config, records.store)
             loop = TurnLoop(
                 runtime, records, doorbell=doorbell, feed=feed, transcript=transcript, notifier=notifier, policy=policy
             )
-            service = Service(
-                agent_config, records, engine, runtime, loop, feed, doorbell, time.time(), http_url and http_url[0]
-            )
+            service = Service(agent_config, records, engine, runtime, loop, feed, doorbell, time.time(), http_url)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
             await tg.start(_watch_signals, loop, tg, config.cancel_grace + STOP_MARGIN, notifier)
             tg.start_soon(notifier.watchdog)
@@ -236,8 +240,15 @@ async def _run(
     return 0
 
 
-async def _start_tools(tg: TaskGroup, config: Config, records: Records, doorbell: Doorbell) -> Any:
-    return None
+async def _start_tools(
+    tg: TaskGroup, config: Config, records: Records, doorbell: Doorbell, current_turn: Callable[[], int | None]
+) -> tuple[str, McpServers]:
+    """Serve hyperhive's own tools; the agent's MCP servers gain the `hyperhive` entry (URL and token)."""
+    from hyperhive.harness.http_tools import HYPERHIVE_SERVER, HyperhiveTools
+
+    tools = HyperhiveTools(config.state_dir, records, on_schedule=doorbell.ring, current_turn=current_turn)
+    url: str = await tg.start(tools.serve)
+    return url, config.mcp_servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
 
 
 async def _watch_signals(
