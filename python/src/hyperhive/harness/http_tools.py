@@ -47,7 +47,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hyperhive.errors import HyperhiveError, StoreError
+from hyperhive.errors import StoreError
 from hyperhive.harness.records import AGENT, Records
 from hyperhive.mcp_servers import HttpServer
 
@@ -71,8 +71,9 @@ STOP_GRACE = 2.0
 _TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{16,1024}")
 
 
-class HttpToolsError(HyperhiveError):
-    """The HTTP tools cannot start (token file unusable, server failed to start)."""
+class HttpToolsError(StoreError):
+    """The HTTP tools cannot start (token file unusable, server failed to start): a state directory problem,
+    so `hyperhive agent` exits 3 (the unit does not restart-loop on it any faster than its backoff)."""
 
 
 # -- the token ----------------------------------------------------------------------------------------

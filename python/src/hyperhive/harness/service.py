@@ -248,7 +248,8 @@ async def _start_tools(
 
     tools = HyperhiveTools(config.state_dir, records, on_schedule=doorbell.ring, current_turn=current_turn)
     url: str = await tg.start(tools.serve)
-    return url, config.mcp_servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
+    servers = config.mcp_servers if config.mcp_servers is not None else McpServers()
+    return url, servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
 
 
 async def _watch_signals(
