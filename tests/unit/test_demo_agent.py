@@ -144,8 +144,8 @@ class Demo:
         sink = ListSink()
         result = await self.runtime.run(prompt, sink)
         link = self.runtime._link
-        if link is not None and link.process.pid not in self.pids:
-            self.pids.append(link.process.pid)
+        if link is not None and link.child.pid not in self.pids:
+            self.pids.append(link.child.pid)
         return result, sink.lines
 
 
@@ -197,12 +197,8 @@ def tool_results(lines: list[StreamLine]) -> list[ToolResultBlock]:
 
 
 def stop_turn(runtime: AcpRuntime) -> None:
-    """Stop the turn in flight, whichever stop operation the runtime offers."""
-    interrupt = getattr(runtime, "interrupt", None)
-    if interrupt is not None:
-        interrupt()
-    else:
-        runtime.canceller().cancel()
+    """Stop the turn in flight."""
+    runtime.interrupt()
 
 
 @pytest.mark.anyio

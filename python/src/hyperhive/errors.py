@@ -70,3 +70,15 @@ def exit_status(exc: HyperhiveError) -> int:
     if isinstance(exc, ServiceRunning):
         return EXIT_BUSY
     return EXIT_FAILED
+
+
+def hyperhive_error(exc: BaseException) -> HyperhiveError | None:
+    """The HyperhiveError behind `exc`, looking inside exception groups (a task group raising one)."""
+    if isinstance(exc, HyperhiveError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = hyperhive_error(inner)
+            if found is not None:
+                return found
+    return None

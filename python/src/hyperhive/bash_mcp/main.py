@@ -12,10 +12,22 @@ from pathlib import Path
 import anyio
 
 from hyperhive.config import load_config
-from hyperhive.errors import ConfigError
+from hyperhive.errors import ConfigError, HyperhiveError, exit_status, hyperhive_error
 
 
 def main() -> None:
+    """Run the server; a HyperhiveError ends it with one line and its exit status, never a traceback."""
+    try:
+        _main()
+    except (HyperhiveError, BaseExceptionGroup) as exc:
+        error = hyperhive_error(exc)
+        if error is None:
+            raise
+        print(f"hyperhive: {error}", file=sys.stderr)
+        sys.exit(exit_status(error))
+
+
+def _main() -> None:
     """Serve the bash MCP tools on stdio; exit 2 with one message if the configuration is bad.
 
     Under the harness every call is forwarded to the service, which hosts the tasks (they outlive this

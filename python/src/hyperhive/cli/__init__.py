@@ -14,7 +14,7 @@ import click
 
 from hyperhive import __version__
 from hyperhive.config import Config, load_config
-from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_status
+from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_status, hyperhive_error
 
 # name → "module:attribute" of a click command.
 COMMANDS = {
@@ -37,7 +37,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (HyperhiveError, BaseExceptionGroup) as exc:
-            error = _hyperhive_error(exc)
+            error = hyperhive_error(exc)
             if error is None:
                 raise
             click.echo(f"hyperhive: {error}", err=True)
@@ -66,18 +66,6 @@ def config_or_exit(**overrides: Any) -> Config:
 def fail_config(exc: ConfigError) -> NoReturn:
     click.echo(f"hyperhive: {exc}", err=True)
     sys.exit(EXIT_CONFIG)
-
-
-def _hyperhive_error(exc: BaseException) -> HyperhiveError | None:
-    """The HyperhiveError behind `exc`, looking inside exception groups (a task group raising one)."""
-    if isinstance(exc, HyperhiveError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _hyperhive_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
