@@ -190,7 +190,7 @@ def test_the_agent_killed_mid_turn_fails_the_turn_and_the_next_respawns_it_while
         svc.cli("send", "start " + long_task)
         svc.wait_for("the task", lambda: json.loads(svc.cli("status", "--json").stdout)["tasks"], within=120)
         svc.wait_for("the turn's end", lambda: turns(svc) and turns(svc)[-1]["outcome"] == "answered")
-        svc.cli("send", "take your time [[slow:60]]")
+        svc.cli("send", "take your time [[slow:8]]")  # carried again after the kill: slow only for a while
         svc.wait_for("the slow turn", lambda: len(turns(svc)) == 2 and _agent_pid(svc))
         time.sleep(2)
         os.kill(_agent_pid(svc), signal.SIGKILL)

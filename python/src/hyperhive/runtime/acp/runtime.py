@@ -215,6 +215,7 @@ class AcpRuntime:
             # Answered: from now on the agent holds this session, and a restart can load it.
             self.store.record_session(self.session_key, translator.session_id)
             if control.stopping == "idle":
+                await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
             stop_reason = "cancelled" if control.stopping == "cancel" else response.stop_reason
             return self._result(state, translator, stop_reason=stop_reason, usage=usage_fields(response.usage))
@@ -227,6 +228,7 @@ class AcpRuntime:
             if control.stopping == "cancel":  # whatever the agent answers, a cancelled turn is cancelled
                 return self._result(state, translator, stop_reason="cancelled", usage={})
             if control.stopping == "idle":
+                await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
             raise TurnFailed(
                 f"{link.label} answered the prompt with an error: {rpc_error(error)}",
@@ -241,6 +243,14 @@ class AcpRuntime:
             await self._drop(link)
             raise failure
         raise TurnFailed(f"session/prompt failed: {error!r}") from error
+
+    async def _drop_stuck(self, link: AgentLink) -> None:
+        """An agent the watchdog had to stop is in a state nobody knows: still retrying the provider inside,
+        or, as claude-agent-acp 0.23 does, answering the next prompt at once with an empty `end_turn` (which
+        would mark a wake delivered that the agent never read). The next turn gets a fresh process, which
+        loads the session."""
+        logger.info("%s: replacing the agent after the idle watchdog stopped its turn", link.label)
+        await self._drop(link)
 
     def _result(
         self, state: _TurnState, translator: Translator, *, stop_reason: str, usage: dict[str, Any]
