@@ -40,7 +40,6 @@ AGENT = HERE / "acp_stream_agent.py"
 RESULTS_MD = HERE / "harness_results.md"
 RESULTS_JSON = HERE / "harness_results.json"
 WAKE_AT = "SELECT created_at FROM wakes WHERE source = ?"
-TARGETS = {"send_to_prompt_p50_s": 0.020, "task_exit_to_wake_p50_s": 0.050, "forwarding_spawn_p50_s": 0.100}
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
 from hyperhive.harness.control import ControlClient  # noqa: E402
