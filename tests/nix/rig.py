@@ -7,8 +7,8 @@ PID 1 on these machines is not systemd (reference/systemd-here.md). The rig:
   file lock so that concurrent runs build it once, and reuses it;
 - boots it with `--volatile=overlay` (every run starts clean, the cache is never written) and pure
   cgroup v2 (`SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1`, what NixOS uses), with the repository bind-mounted
-  read-only at its own path, so the repository's `.venv` (whose python is the same Debian 3.11) is the
-  installed hyperhive;
+  read-only at its own path, and the rig's venv (`ensure_venv`, on the same Debian 3.11) as the installed
+  hyperhive;
 - runs commands inside with `nsenter -t <container PID 1> -a`, writes units with tests/nix/unit_file.py.
 """
 
@@ -63,29 +63,44 @@ def apt_mirror(suite: str = "bookworm") -> str:
     raise RigUnavailable(f"no Debian {suite} mirror in /etc/apt sources to debootstrap from")
 
 
-RIG_VENV = REPO / ".venv-rig"
+# Outside the repository, keyed by its path: a checkout under /tmp is hidden from the unit by its own
+# PrivateTmp=, so the package is installed (not editable) into a venv under CACHE, bound read-only into
+# the container at the same path.
+RIG_VENV = CACHE / f"venv-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}"
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def ensure_venv() -> Path:
-    """A venv of the repository on Debian's own python3 (the rootfs has the same 3.11), at a path the
-    container sees (the repository is bound at its own path): the development venv may rest on an
-    interpreter under /root, which neither the container nor the unit's DynamicUser can reach."""
+    """A venv with the repository's package on Debian's own python3 (the rootfs has the same 3.11): the
+    development venv may rest on an interpreter under /root, which neither the container nor the unit's
+    DynamicUser can reach. Rebuilt when pyproject.toml changes; the package reinstalled when its source does."""
     python = Path("/usr/bin/python3")
     if not python.exists():
         raise RigUnavailable("/usr/bin/python3 (Debian's) is needed for the rig's venv")
-    stamp = RIG_VENV / ".installed"
-    source = (REPO / "python" / "pyproject.toml").read_bytes()
-    if stamp.exists() and stamp.read_bytes() == hashlib.sha256(source).hexdigest().encode():
-        return RIG_VENV
-    steps = [
-        [str(python), "-m", "venv", "--clear", str(RIG_VENV)],
-        [str(RIG_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(REPO / "python")],
-    ]
+    project = REPO / "python"
+    deps = _digest([project / "pyproject.toml"])
+    source = _digest([project / "pyproject.toml", *sorted(p for p in (project / "src").rglob("*.py"))])
+    deps_stamp, source_stamp = RIG_VENV / ".deps", RIG_VENV / ".source"
+    pip = [str(RIG_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
+    steps: list[list[str]] = []
+    if not (deps_stamp.exists() and deps_stamp.read_text() == deps):
+        steps = [[str(python), "-m", "venv", "--clear", str(RIG_VENV)], [*pip, str(project)]]
+    elif not (source_stamp.exists() and source_stamp.read_text() == source):
+        steps = [[*pip, "--no-deps", "--force-reinstall", str(project)]]
+    if steps:
+        CACHE.mkdir(parents=True, exist_ok=True)
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise RigUnavailable(f"{' '.join(cmd[:3])} failed: {proc.stderr[-800:]}")
-    stamp.write_text(hashlib.sha256(source).hexdigest())
+    deps_stamp.write_text(deps)
+    source_stamp.write_text(source)
     return RIG_VENV
 
 
@@ -140,6 +155,7 @@ class Container:
                     self.name,
                     "--console=passive",
                     f"--bind-ro={REPO}:{REPO}",
+                    f"--bind-ro={RIG_VENV}:{RIG_VENV}",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -36,7 +36,9 @@ HYPERHIVE = str(RIG_VENV / "bin" / "hyperhive")
 PYTHON = str(RIG_VENV / "bin" / "python")
 HOST_HYPERHIVE = str(Path(sys.executable).parent / "hyperhive")
 MCP_FILE = "/etc/hyperhive/mcp-servers.json"
-STANDIN = str(Path(__file__).parent / "standin.py")
+# Written into the container (not run from the repository: a checkout under /tmp is hidden by PrivateTmp=).
+STANDIN_SOURCE = Path(__file__).parent / "standin.py"
+STANDIN = "/usr/local/lib/hive-test/standin.py"
 START_TASK = str(REPO / "nix/tests/start_task.py")
 PATH_DIRS = ["/usr/local/bin", "/usr/bin", "/bin"]
 STATE = "/var/lib/hyperhive"
@@ -57,6 +59,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     try:
         ensure_venv()
         with booted(f"hive-{uuid.uuid4().hex[:8]}", log) as container:
+            container.write(STANDIN, STANDIN_SOURCE.read_text())
             yield container
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")

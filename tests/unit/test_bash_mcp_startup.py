@@ -61,6 +61,33 @@ def test_bash_mcp_imports_none_of_the_runtimes_sdks_or_pydantic(tmp_path: Path) 
     assert forbidden(modules) == []
 
 
+def test_the_forwarding_bash_mcp_imports_neither_the_engine_nor_the_store(tmp_path: Path) -> None:
+    """Under the harness the per-turn server only lists the tools and forwards calls: the task engine, the
+    store and sqlite3 live in the service."""
+    modules = imported_modules(tmp_path, "bash-mcp", HIVE_SOCKET=str(tmp_path / "harness.sock"))
+    assert "hyperhive.bash_mcp.forward" in modules
+    engine_side = (
+        "sqlite3",
+        "hyperhive.store",
+        "hyperhive.tasks.engine",
+        "hyperhive.bash_mcp.server",
+        "hyperhive.procs",
+    )
+    assert sorted(m for m in modules if m.split(".")[0] == "sqlite3" or m in engine_side) == []
+    assert forbidden(modules) == []
+
+
+def test_the_forwarding_server_lists_exactly_the_standalone_tools(tmp_path: Path) -> None:
+    from hyperhive.bash_mcp.forward import forwarding_tools
+    from hyperhive.bash_mcp.server import build_tools
+
+    class NoService:
+        pass
+
+    standalone = [tool.listing() for tool in build_tools(NoService())]  # type: ignore[arg-type]
+    assert [tool.listing() for tool in forwarding_tools(tmp_path / "harness.sock")] == standalone
+
+
 def test_bash_mcp_ignores_hive_mcp_servers_even_when_it_is_broken(tmp_path: Path) -> None:
     servers = tmp_path / "servers.json"
     servers.write_text(json.dumps({"mcpServers": {"x": {"command": 7}}}))

@@ -11,14 +11,13 @@ service's back, would die with this per-turn process and its wake would never be
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 from hyperhive import __version__
-from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolResult
-from hyperhive.bash_mcp.server import INSTRUCTIONS, build_tools
+from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolHandler, ToolResult
+from hyperhive.bash_mcp.tools import INSTRUCTIONS, declare
 from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
 
 log = logging.getLogger("hyperhive.bash_mcp")
@@ -27,7 +26,7 @@ log = logging.getLogger("hyperhive.bash_mcp")
 def forwarding_tools(socket: Path) -> list[Tool]:
     client = ControlClient(socket)
 
-    def forward(name: str) -> Any:
+    def forward(name: str) -> ToolHandler:
         async def handler(arguments: dict[str, Any]) -> ToolResult:
             try:
                 answer = await client.call("tool", name=name, arguments=arguments)
@@ -43,14 +42,7 @@ def forwarding_tools(socket: Path) -> list[Tool]:
         return handler
 
     # The same names, descriptions and schemas as the standalone server; only the handlers differ.
-    return [dataclasses.replace(tool, handler=forward(tool.name)) for tool in build_tools(_NoService())]
-
-
-class _NoService:
-    """`build_tools` needs a service only inside its handlers, which are all replaced."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the forwarding server never calls the task service ({name})")
+    return declare(forward)
 
 
 async def serve_forwarding(socket: Path) -> None:

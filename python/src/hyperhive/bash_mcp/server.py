@@ -1,8 +1,8 @@
 """The bash MCP server's tools: `run`, `status`, `kill`, `list` (design.md 3.3), over a task service.
 
-The seam: tools talk to a `TaskService`. Standalone, that is a `TaskEngine` hosted in this process (its
-tasks die with it). Once the harness runs (a later issue), `hyperhive bash-mcp` started with `HIVE_SOCKET`
-will get a service that forwards to the harness's engine instead, so that tasks outlive the agent process.
+The seam: tools talk to a `TaskService`, a `TaskEngine`: hosted in this process when the server runs
+standalone (its tasks die with it), or in the harness service, which runs these same handlers for the
+per-turn forwarding server (bash_mcp/forward.py). What the agent sees of the tools is in bash_mcp/tools.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import anyio
 
 from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolResult
+from hyperhive.bash_mcp.tools import INSTRUCTIONS, declare
 from hyperhive.config import Config
 from hyperhive.errors import TaskError
 from hyperhive.store import Store, TaskRow
-from hyperhive.tasks.engine import DEFAULT_WAIT, MAX_WAIT, KillResult, RunResult, TaskEngine, TaskView
+from hyperhive.tasks.engine import KillResult, RunResult, TaskEngine, TaskView
+from hyperhive.tasks.limits import DEFAULT_WAIT
 from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
 
 log = logging.getLogger("hyperhive.bash_mcp")
@@ -35,20 +37,6 @@ class TaskService(Protocol):
     async def status(self, task_id: object, wait_seconds: object = 0) -> TaskView: ...
     async def kill(self, task_id: object) -> KillResult: ...
     def list(self, limit: int = 100) -> list[TaskRow]: ...
-
-
-INSTRUCTIONS = (
-    "Background shell tasks. run() starts `sh -c CMD` and waits up to wait_seconds (default 3, max 30) for it; "
-    "a task still running then keeps going, and you are woken with its exit code and last output lines when it "
-    "ends. status() polls (optionally waiting), kill() stops a task and everything it started, list() shows tasks."
-)
-
-_WAIT_PROP = {
-    "type": "number",
-    "minimum": 0,
-    "description": f"Seconds to wait inline for the task to finish (capped at {MAX_WAIT:g}); 0 returns at once.",
-}
-_ID_PROP = {"type": ["integer", "string"], "description": "The task id that run() returned."}
 
 
 def build_tools(service: TaskService) -> list[Tool]:
@@ -100,54 +88,8 @@ def build_tools(service: TaskService) -> list[Tool]:
         text = "\n".join(summary(r) for r in rows) if rows else "no tasks yet"
         return _result(text, text, {"tasks": [{"id": r.id, "status": r.status, "cmd": r.cmd} for r in rows]})
 
-    return [
-        Tool(
-            "run",
-            "Run a shell command (`sh -c CMD`, stdin /dev/null, its own process group) in the background. "
-            "Waits up to wait_seconds (default 3) and returns the full status if it finished; otherwise "
-            "returns `task started: id=<id>` and you are woken when it ends, times out or fails to start.",
-            {
-                "type": "object",
-                "properties": {
-                    "cmd": {"type": "string", "description": "The shell command."},
-                    "timeout_secs": {
-                        "type": "number",
-                        "exclusiveMinimum": 0,
-                        "description": "Kill the task (and everything it started) after this many seconds; "
-                        "status becomes timed_out. Omit for no timeout.",
-                    },
-                    "wait_seconds": _WAIT_PROP,
-                },
-                "required": ["cmd"],
-                "additionalProperties": False,
-            },
-            run,
-        ),
-        Tool(
-            "status",
-            "A task's status (pending, running, done, timed_out, interrupted, killed), exit code, duration, "
-            "and the last 4 KiB of its stdout and stderr with their total sizes.",
-            {
-                "type": "object",
-                "properties": {"id": _ID_PROP, "wait_seconds": _WAIT_PROP},
-                "required": ["id"],
-                "additionalProperties": False,
-            },
-            status,
-        ),
-        Tool(
-            "kill",
-            "Stop a task and every process it started (TERM, a short grace, then KILL); says if anything survived.",
-            {"type": "object", "properties": {"id": _ID_PROP}, "required": ["id"], "additionalProperties": False},
-            kill,
-        ),
-        Tool(
-            "list",
-            "The most recent tasks, newest first, one line each.",
-            {"type": "object", "properties": {}, "additionalProperties": False},
-            list_,
-        ),
-    ]
+    handlers = {"run": run, "status": status, "kill": kill, "list": list_}
+    return declare(handlers.__getitem__)
 
 
 def _result(text: str, message: str, data: dict[str, Any], *, is_error: bool = False) -> ToolResult:

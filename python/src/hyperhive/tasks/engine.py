@@ -45,15 +45,12 @@ from hyperhive.errors import StoreError, StoreUnavailable, TaskError, UnknownTas
 from hyperhive.procs import wait_exit
 from hyperhive.store import Store, TaskRow, TaskStatus, describe_sqlite_error, private_dir
 from hyperhive.tasks import cgroup as cgroup_mod
+from hyperhive.tasks.limits import DEFAULT_WAIT, MAX_TIMEOUT, MAX_WAIT
 from hyperhive.tasks.output import Tail, last_lines, read_tail
 from hyperhive.tasks.process import process_start, same_process, terminate_group
 
 log = logging.getLogger("hyperhive.tasks")
 
-DEFAULT_WAIT = 3.0
-MAX_WAIT = 30.0
-# A week: a larger timeout is almost certainly a unit mistake (milliseconds for seconds).
-MAX_TIMEOUT = 7 * 24 * 3600.0
 WAKE_STDOUT_LINES = 20
 TASK_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "NO_COLOR": "1", "TERM": "dumb"}
 # How often the engine looks whether what ended tasks left behind is gone.
