@@ -1,14 +1,9 @@
 # `systemctl restart` marks running tasks interrupted, loses no wake, and leaves no task process
 # behind, not even one that left its process group with setsid (Delegate=yes + per-task cgroups).
-{ self, hyperhive, pkgs }:
+# The demo machine, started and ready; default.nix (`demoTest`) supplies both.
 {
-  name = "hyperhive-restart-interrupts-tasks";
-  nodes.machine = import ./demo-machine.nix { inherit self hyperhive; };
-  testScript = ''
-    START_TASK = "${pkgs.python3.interpreter} ${./start_task.py}"
-    ${builtins.readFile ./prelude.py}
-    machine.start()
-    wait_ready(machine)
+  name = "restart-interrupts-tasks";
+  script = ''
     plain = start_task(machine, "exec sleep 1001")
     escaped = start_task(machine, "setsid sleep 1002 & wait")
     machine.wait_until_succeeds("pgrep -f 'sleep 100[1]' && pgrep -f 'sleep 100[2]'", timeout=30)

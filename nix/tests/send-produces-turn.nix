@@ -1,13 +1,8 @@
 # `hyperhive send` produces a turn: the operator's wake is delivered and the turn is in a transcript.
-{ self, hyperhive, pkgs }:
+# The demo machine, started and ready; default.nix (`demoTest`) supplies both.
 {
-  name = "hyperhive-send-produces-turn";
-  nodes.machine = import ./demo-machine.nix { inherit self hyperhive; };
-  testScript = ''
-    START_TASK = "${pkgs.python3.interpreter} ${./start_task.py}"
-    ${builtins.readFile ./prelude.py}
-    machine.start()
-    wait_ready(machine)
+  name = "send-produces-turn";
+  script = ''
     machine.succeed(f"{HH} send 'hello from the VM test'")
     machine.wait_until_succeeds(
         "grep -l '\"type\":\"result\"' /var/lib/hyperhive/transcripts/*.jsonl", timeout=120

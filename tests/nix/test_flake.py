@@ -146,3 +146,12 @@ def test_lock_pins_nixos_26_05(flake: tuple[Path, Path]) -> None:
     assert proc.returncode == 0, proc.stderr
     locked = json.loads(proc.stdout)["locks"]["nodes"]["nixpkgs"]["locked"]
     assert locked["rev"] == "b51242d7d43689db2f3be91bd05d5b24fbb469c4"
+
+
+@pytest.mark.parametrize("check", [c for c in CHECKS if c.startswith("vm-")])
+def test_vm_test_scripts_are_python_that_compiles(flake: tuple[Path, Path], check: str) -> None:
+    """The NixOS test driver runs testScript as Python: the assembled script (prelude, start, the
+    behaviour's own lines, spliced by Nix's indented strings) must at least compile."""
+    script = nix_eval(flake, f"checks.x86_64-linux.{check}", "t: t.testScript")
+    compile(script, check, "exec")
+    assert "machine.start()" in script

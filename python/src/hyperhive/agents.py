@@ -36,24 +36,26 @@ class AgentSetup:
             path.write_text(content, encoding="utf-8")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgentProfile:
+    """One agent, as proven; the defaults are what most ACP agents do, so each entry states only its quirks."""
+
     name: str
     package: str  # npm package
     version: str  # the version everything below was seen on
-    runtime: Literal["claude", "acp"]
     executable: str  # in the package's bin (peers/node_modules/.bin)
-    args: tuple[str, ...]  # always passed (HIVE_ACP_ARGS / HIVE_CLAUDE_ARGS); setup() may add more
     provider: Provider  # the wire API it speaks to its model provider
-    secrets: tuple[str, ...]  # environment variables carrying credentials (environmentFile, never the store)
-    auth_method: str | None  # HIVE_ACP_AUTH_METHOD, when the agent needs `authenticate`
-    mcp_tool_name: str  # how the model sees our bash server's `run` tool ({server}, {tool})
-    load_session: bool  # really resumes its session after a restart (ACP loadSession / claude --resume)
-    http_mcp: bool
-    reports_tool_input: bool  # its tool calls carry the tool's arguments (rawInput)
-    gives_up_on_429: bool  # fails the prompt after a few retries, rather than retrying on for minutes
-    notes: tuple[str, ...]
     configure: Callable[[str, str], AgentSetup] = field(repr=False)
+    runtime: Literal["claude", "acp"] = "acp"
+    args: tuple[str, ...] = ()  # always passed (HIVE_ACP_ARGS / HIVE_CLAUDE_ARGS); setup() may add more
+    secrets: tuple[str, ...] = ()  # environment variables carrying credentials (environmentFile, never the store)
+    auth_method: str | None = None  # HIVE_ACP_AUTH_METHOD, when the agent needs `authenticate`
+    mcp_tool_name: str = "mcp__{server}__{tool}"  # how the model sees our bash server's `run` tool
+    load_session: bool = True  # really resumes its session after a restart (ACP loadSession / claude --resume)
+    http_mcp: bool = True
+    reports_tool_input: bool = True  # its tool calls carry the tool's arguments (rawInput)
+    gives_up_on_429: bool = False  # fails the prompt after a few retries, rather than retrying on for minutes
+    notes: tuple[str, ...] = ()
 
     def setup(self, base_url: str, api_key: str) -> AgentSetup:
         """Arguments, environment and HOME files that point this agent at `base_url` with `api_key`."""
@@ -158,15 +160,8 @@ AGENTS: dict[str, AgentProfile] = {
         version="2.1.197",
         runtime="claude",
         executable="claude",
-        args=(),
         provider="anthropic",
         secrets=("ANTHROPIC_API_KEY",),
-        auth_method=None,
-        mcp_tool_name="mcp__{server}__{tool}",
-        load_session=True,
-        http_mcp=True,
-        reports_tool_input=True,
-        gives_up_on_429=False,
         notes=(
             "retries a provider 429 ten times over minutes (CLAUDE_CODE_MAX_RETRIES lowers it)",
             "bypassPermissions is refused as root unless IS_SANDBOX=1",
@@ -177,17 +172,11 @@ AGENTS: dict[str, AgentProfile] = {
         name="opencode",
         package="opencode-ai",
         version="1.18.33",
-        runtime="acp",
         executable="opencode",
         args=("acp",),
         provider="openai-chat",
         secrets=(),  # the key is in its config (OPENCODE_CONFIG_CONTENT), or `opencode auth login` beforehand
-        auth_method=None,
         mcp_tool_name="{server}_{tool}",
-        load_session=True,
-        http_mcp=True,
-        reports_tool_input=True,
-        gives_up_on_429=False,
         notes=(
             "tries `npm install @opencode-ai/plugin` at start; harmless offline",
             "retries a 429 silently (no session/update) for up to about 70 s, then fails the prompt",
@@ -199,17 +188,9 @@ AGENTS: dict[str, AgentProfile] = {
         name="claude-agent-acp",
         package="@zed-industries/claude-agent-acp",
         version="0.23.1",
-        runtime="acp",
         executable="claude-agent-acp",
-        args=(),
         provider="anthropic",
         secrets=("ANTHROPIC_API_KEY",),
-        auth_method=None,
-        mcp_tool_name="mcp__{server}__{tool}",
-        load_session=True,
-        http_mcp=True,
-        reports_tool_input=True,
-        gives_up_on_429=False,
         notes=(
             "runs the Claude Code bundled in its SDK (2.1.83) unless CLAUDE_CODE_EXECUTABLE names another",
             "does not exit on stdin EOF while a session is open: session/close first",
@@ -221,7 +202,6 @@ AGENTS: dict[str, AgentProfile] = {
         name="gemini",
         package="@google/gemini-cli",
         version="0.61.0",
-        runtime="acp",
         executable="gemini",
         args=("--acp",),
         provider="gemini",
@@ -229,9 +209,7 @@ AGENTS: dict[str, AgentProfile] = {
         auth_method="gemini-api-key",
         mcp_tool_name="mcp_{server}_{tool}",
         load_session=False,  # advertises loadSession, but session/load answers "No previous sessions found"
-        http_mcp=True,
         reports_tool_input=False,
-        gives_up_on_429=False,
         notes=(
             "initialize takes about 2.5 s (it loads its whole configuration first)",
             "asks the provider a JSON-schema 'router' question before each prompt; a non-JSON answer hangs it",
@@ -246,16 +224,11 @@ AGENTS: dict[str, AgentProfile] = {
         name="codex",
         package="@zed-industries/codex-acp",
         version="0.16.0",
-        runtime="acp",
         executable="codex-acp",
-        args=(),
         provider="openai-responses",
         secrets=("OPENAI_API_KEY",),
         auth_method=None,  # the custom provider's env_key carries the key; openai-api-key would also do
         mcp_tool_name="mcp__{server}__{tool}",  # a `mcp__<server>` namespace holding `<tool>`
-        load_session=True,
-        http_mcp=True,
-        reports_tool_input=True,
         gives_up_on_429=True,
         notes=(
             "speaks only the OpenAI Responses API (wire_api 'chat' was removed)",
