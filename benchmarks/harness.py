@@ -7,7 +7,8 @@ arrives) in a temp state directory. Measured in one run:
 
 (a) `send` over the control socket until the agent has the prompt (the agent's own clock; same machine);
 (b) a background task's exit until its wake is stored (the task writes its end time as its last act);
-(c) bash server spawn → `tools/list`, forwarding to the service (HIVE_SOCKET) beside the standalone server;
+(c) bash server spawn → `tools/list`, forwarding to the service (HIVE_SOCKET) beside the standalone server
+    and beside the floor: a 9-line stdlib server that answers only initialize and tools/list;
 (d) the `run("true")` round trip through the forwarding server beside the standalone server;
 (e) the idle service's RSS and CPU over `--idle-secs`;
 (f) `--wakes` queued wakes drained: time and turns.
@@ -40,6 +41,17 @@ AGENT = HERE / "acp_stream_agent.py"
 RESULTS_MD = HERE / "harness_results.md"
 RESULTS_JSON = HERE / "harness_results.json"
 WAKE_AT = "SELECT created_at FROM wakes WHERE source = ?"
+# The floor for (c): the least a Python stdio MCP server can do, answering initialize and tools/list.
+FLOOR_SERVER = """
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+         "serverInfo": {"name": "floor", "version": "0"}} if m["method"] == "initialize" else {"tools": []}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"""
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
 from hyperhive.harness.control import ControlClient  # noqa: E402
@@ -111,18 +123,20 @@ class Bench:
         return out
 
     @asynccontextmanager
-    async def bash(self, forwarding: bool) -> AsyncIterator[ClientSession]:
+    async def bash(self, forwarding: bool | None) -> AsyncIterator[ClientSession]:
+        """The forwarding server (True), the standalone one (False), or the floor server (None)."""
         env = {k: v for k, v in self.env.items() if k != "HIVE_SOCKET"}
         if forwarding:
             env["HIVE_SOCKET"] = str(self.state / "harness.sock")
         else:
             env["HIVE_STATE_DIR"] = str(self.state.parent / "standalone")
-        params = StdioServerParameters(command=sys.executable, args=["-m", "hyperhive", "bash-mcp"], env=env)
+        args = ["-c", FLOOR_SERVER] if forwarding is None else ["-m", "hyperhive", "bash-mcp"]
+        params = StdioServerParameters(command=sys.executable, args=args, env=env)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
 
-    async def spawn(self, forwarding: bool, n: int) -> list[float]:
+    async def spawn(self, forwarding: bool | None, n: int) -> list[float]:
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
@@ -174,6 +188,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             r["task_exit_to_wake_s"] = await bench.task_exit_to_wake(args.n)
             r["spawn_forwarding_s"] = await bench.spawn(True, 15)
             r["spawn_standalone_s"] = await bench.spawn(False, 15)
+            r["spawn_floor_s"] = await bench.spawn(None, 15)
             r["true_forwarding_s"] = await bench.round_trip(True, 200)
             r["true_standalone_s"] = await bench.round_trip(False, 200)
             await bench.idle()
@@ -203,6 +218,7 @@ def report(r: dict[str, Any], argv: list[str]) -> str:
         ("task exit → wake stored", ms(r["task_exit_to_wake_s"]), "p50 < 50 ms"),
         ("bash server spawn → tools/list, forwarding", ms(r["spawn_forwarding_s"]), "p50 < 100 ms"),
         ("bash server spawn → tools/list, standalone", ms(r["spawn_standalone_s"]), "(beside it)"),
+        ("a 9-line stdlib server spawn → tools/list", ms(r["spawn_floor_s"]), "(the floor)"),
         ("run(true) round trip, forwarding", ms(r["true_forwarding_s"]), "≤ 1.5× standalone"),
         ("run(true) round trip, standalone", ms(r["true_standalone_s"]), f"ratio {fw / sa:.2f}×"),
         (
