@@ -103,7 +103,7 @@ class FakeService:
         if name == "garbage":
             conn.sendall(b"this is not JSON\n")
             return None
-        if name == "wait":
+        if name == "wait" or (name == "run" and isinstance(args, dict) and args.get("cmd") == "wait"):
             return self._wait(conn, args)
         return {"ok": True, "text": f"{name} {json.dumps(args)}", "structured": {"tool": name}, "is_error": False}
 
