@@ -100,6 +100,9 @@ class FakeService:
             return None  # a bug in the service: the real one logs it and hangs up without an answer
         if name == "refuse":
             return {"ok": False, "kind": "bad_request", "error": "refused as asked"}
+        if name == "nan":  # what Python's json.dumps writes for a float('nan'): not JSON, so not for MCP
+            conn.sendall(b'{"ok":true,"text":"t","structured":{"x":NaN},"is_error":false}\n')
+            return None
         if name == "garbage":
             conn.sendall(b"this is not JSON\n")
             return None

@@ -19,10 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.bash_mcp import forward
+from hyperhive.bash_mcp import forward, protocol
 from hyperhive.bash_mcp.forward import ForwardingServer
 from hyperhive.bash_mcp.protocol import ToolSpec
 from hyperhive.bash_mcp.tools import SPECS
+from hyperhive.harness.control_wire import MAX_REQUEST
 from tests.unit.bash_client import bash_server, text_of
 from tests.unit.fake_control import FakeService, fake_service
 from tests.unit.rpc_pipe import Backend, PipeClient, backend_of, check_response, serving
@@ -109,6 +110,33 @@ async def test_a_failing_service_is_a_tool_error_for_that_call_only(service: Fak
         await client.call(2, "echo", a=1)
         with anyio.fail_after(10):
             assert (await client.recv())["result"]["structuredContent"] == {"args": {"a": 1}}
+
+
+async def test_an_answer_that_cannot_be_sent_as_json_is_an_internal_error_for_that_call_only(
+    service: FakeService,
+) -> None:
+    specs = [ToolSpec(name, "", {"type": "object"}) for name in ("nan", "echo")]
+    async with serving(ForwardingServer(str(service.path), tools=specs)) as client:
+        await client.call(1, "nan")
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg)
+        assert msg["id"] == 1 and msg["error"]["code"] == protocol.INTERNAL_ERROR
+        await still_up(client)
+
+
+async def test_a_call_over_the_control_sockets_bound_is_refused_without_reaching_the_service(
+    backend: Backend, service: FakeService
+) -> None:
+    async with serving(backend.server()) as client:
+        await client.call(1, "echo", pad="x" * (MAX_REQUEST + 1))
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg, "tools/call")
+        assert msg["result"]["isError"] is True
+        assert f"the control socket takes at most {MAX_REQUEST}" in msg["result"]["content"][0]["text"]
+        await still_up(client)
+    assert service.requests == []
 
 
 async def test_stdin_eof_lets_a_call_in_flight_answer_within_the_grace(backend: Backend, service: FakeService) -> None:

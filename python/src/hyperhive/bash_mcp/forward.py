@@ -199,6 +199,9 @@ class ForwardingServer:
         try:
             try:
                 frame = self._forward(rid, call)
+            except Exception as exc:  # a bug here, or an answer we cannot encode: an error for this request only
+                _warn(f"request {clip(str(rid), 100)} failed: {type(exc).__name__}: {exc}")
+                frame = internal_error_frame(rid, exc)
             finally:
                 self._done(rid, call)
             # A cancelled request gets no response: the MCP spec says the receiver should not send one.
@@ -222,9 +225,6 @@ class ForwardingServer:
             )
         except ControlError as exc:
             result = ToolResult(clip(f"the hyperhive service refused the call: {exc.message}"), is_error=True)
-        except Exception as exc:  # a bug here: an error for this request, not the server's end
-            _warn(f"request {clip(str(rid), 100)} failed: {type(exc).__name__}: {exc}")
-            return internal_error_frame(rid, exc)
         else:
             text, structured = answer.get("text", ""), answer.get("structured")
             result = ToolResult(

@@ -93,6 +93,11 @@ class ControlCall:
         self._sock: socket.socket | None = None
 
     def result(self) -> dict[str, Any]:
+        if len(self.request) > MAX_REQUEST:  # the service would refuse it unread and hang up mid-send
+            raise ControlError(
+                f"the request is {len(self.request)} bytes; the control socket takes at most {MAX_REQUEST}",
+                kind="bad_request",
+            )
         with self._lock:
             if self.cancelled:
                 raise CallCancelled("cancelled before it was sent")
