@@ -15,6 +15,7 @@ A client that hangs up cancels its request at the service: `ControlCall.cancel` 
 
 from __future__ import annotations
 
+import contextlib  # already loaded by `python -m` (runpy): free on the forwarder's path
 import json
 import os
 import socket
@@ -130,10 +131,9 @@ class ControlCall:
         with self._lock:
             self.cancelled = True
             if self._sock is not None:
-                try:  # (no contextlib: this module is on the forwarding server's start-up path)  # noqa: SIM105
+                # OSError: not connected yet; `result` sees `cancelled` once its connect returns.
+                with contextlib.suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)  # wakes `result` in its recv: EOF
-                except OSError:
-                    pass  # not connected yet: `result` sees `cancelled` when connect returns
 
     def _cancelled_or(self, error: HyperhiveError) -> HyperhiveError:
         return CallCancelled("cancelled while waiting for the answer") if self.cancelled else error
