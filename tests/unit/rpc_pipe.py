@@ -1,23 +1,35 @@
-"""Drives the bash MCP server's JSON-RPC core in-process over two pipes, byte for byte, as a client would.
+"""Drives a bash MCP server in-process over two pipes, byte for byte, as a client would.
+
+Either server: the standalone one (`StdioServer`, a task on the test's event loop) or the forwarding one
+(`ForwardingServer`, its reader in a worker thread, its calls answered by `fake_control.FakeService`).
+`Backend` makes one test run against both, so that the protocol rules are proven once for both.
 
 The client side never blocks the event loop (non-blocking descriptors, waits for readiness), so a test can
 stop reading while the server keeps running on the same loop. `check_response` validates a response against
-the `mcp` package's own types (tests only: the server must not import mcp).
+the `mcp` package's own types (tests only: the servers must not import mcp).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
+import pytest
 from mcp import types as mcp_types
 from pydantic import BaseModel
 
+from hyperhive.bash_mcp import forward, jsonrpc
+from hyperhive.bash_mcp.forward import ForwardingServer
 from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolResult
+from hyperhive.bash_mcp.protocol import ToolSpec
+from tests.unit.fake_control import BIG, FakeService, fake_service
+
+Server = StdioServer | ForwardingServer
 
 RESULT_TYPES: dict[str, type[BaseModel]] = {
     "initialize": mcp_types.InitializeResult,
@@ -108,7 +120,7 @@ class PipeClient:
 
 
 @asynccontextmanager
-async def serving(server: StdioServer) -> AsyncIterator[PipeClient]:
+async def serving(server: Server) -> AsyncIterator[PipeClient]:
     """Run `server.serve` on pipes; on exit close its input (EOF) and wait for it to end."""
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -119,7 +131,10 @@ async def serving(server: StdioServer) -> AsyncIterator[PipeClient]:
 
             async def run() -> None:
                 try:
-                    await server.serve(in_r, out_w)
+                    if isinstance(server, ForwardingServer):
+                        await anyio.to_thread.run_sync(server.serve, in_r, out_w)
+                    else:
+                        await server.serve(in_r, out_w)
                 finally:
                     client.server_done.set()
 
@@ -155,7 +170,7 @@ def check_response(msg: dict[str, Any], method: str | None = None) -> None:
 
 
 def fake_tools(gate: anyio.Event | None = None) -> list[Tool]:
-    """Tools that need no task engine: echo, fail (isError), boom (raises), wait (until `gate` is set)."""
+    """Tools that need no task engine: echo, fail (isError), boom (raises), wait (until `gate` is set), big."""
 
     async def echo(args: dict[str, Any]) -> ToolResult:
         return ToolResult(json.dumps(args), {"args": args})
@@ -171,5 +186,67 @@ def fake_tools(gate: anyio.Event | None = None) -> list[Tool]:
             await gate.wait()
         return ToolResult("waited")
 
+    async def big(args: dict[str, Any]) -> ToolResult:
+        return ToolResult("x" * BIG)
+
     schema = {"type": "object"}
-    return [Tool(f.__name__, "", schema, f) for f in (echo, fail, boom, wait)]
+    return [Tool(f.__name__, "", schema, f) for f in (echo, fail, boom, wait, big)]
+
+
+class Gate:
+    """Holds a fake `wait` tool until set; the same `set()` for either server's fake tools."""
+
+    def __init__(self, event: anyio.Event | threading.Event) -> None:
+        self.event = event
+
+    def set(self) -> None:
+        self.event.set()
+
+
+class Backend:
+    """One of the two bash servers, with fake tools: the same tests drive both through this."""
+
+    def __init__(self, kind: str, service: FakeService | None = None) -> None:
+        self.kind = kind
+        self.service = service
+
+    def gate(self) -> Gate:
+        return Gate(self.service.gate if self.service is not None else anyio.Event())
+
+    def server(self, gate: Gate | None = None) -> Server:
+        if self.service is None:
+            event = gate.event if gate is not None else None
+            assert event is None or isinstance(event, anyio.Event)
+            return StdioServer("test", "0", fake_tools(event))
+        specs = [ToolSpec(t.name, t.description, t.input_schema) for t in fake_tools()]
+        return ForwardingServer(str(self.service.path), name="test", version="0", tools=specs, instructions="")
+
+    def limit_inflight(self, monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+        monkeypatch.setattr(forward if self.service is not None else jsonrpc, "MAX_INFLIGHT", limit)
+
+    @staticmethod
+    def taken(server: Server) -> int:
+        """Request slots taken: requests not yet answered, or answered but not yet written out."""
+        if isinstance(server, ForwardingServer):
+            return server._busy
+        return sum(len(scopes) for scopes in server._inflight.values())
+
+    @staticmethod
+    async def settled(server: Server) -> None:
+        """Wait until no request waits for its result (answers may still wait for the client to read)."""
+        with anyio.fail_after(20):
+            while server._inflight:
+                await anyio.sleep(0.005)
+
+
+BACKENDS = ("standalone", "forwarding")
+
+
+@contextmanager
+def backend_of(kind: str) -> Iterator[Backend]:
+    """The standalone server, or the forwarding one with a fake service behind it (for this block)."""
+    if kind == "standalone":
+        yield Backend(kind)
+        return
+    with fake_service() as service:
+        yield Backend(kind, service)

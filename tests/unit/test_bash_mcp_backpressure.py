@@ -1,12 +1,14 @@
-"""A client that stops reading the bash MCP server's stdout: the server neither blocks nor grows without bound.
+"""A client that stops reading a bash MCP server's stdout: the server neither blocks nor grows without bound.
 
-The writer is a task on a non-blocking descriptor; when its bounded outbox is full, handlers wait to answer,
-then the reader waits for a free request slot (back-pressure), while task supervision carries on.
+Standalone, the writer is a task on a non-blocking descriptor; when its bounded outbox is full, handlers
+wait to answer, then the reader waits for a free request slot (back-pressure), while task supervision
+carries on. Forwarding, each call's thread writes its answer whole and waits while stdout is full, keeping
+its slot, so the reader stops once every slot is taken: the service is asked nothing more meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,16 @@ from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolResult
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.rpc_pipe import PipeClient, check_response, serving
+from tests.unit.fake_control import BIG
+from tests.unit.rpc_pipe import BACKENDS, Backend, PipeClient, backend_of, check_response, serving
 
 pytestmark = pytest.mark.anyio
 
-BIG = 256 * 1024
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with backend_of(request.param) as chosen:
+        yield chosen
 
 
 async def big(args: dict[str, Any]) -> ToolResult:
@@ -66,19 +73,22 @@ async def test_client_that_stops_reading_leaves_task_timeouts_on_time_and_gets_e
     assert sorted(msg["id"] for msg in answers) == list(range(100))
 
 
-async def test_full_outbox_stops_the_reader_once_every_request_slot_is_taken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_full_stdout_stops_the_reader_once_every_request_slot_is_taken(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jsonrpc, "MAX_INFLIGHT", 4)
-    async with bash_with_big_answers(tmp_path) as (server, client, _):
+    backend.limit_inflight(monkeypatch, 4)
+    server = backend.server()
+    async with serving(server) as client:
         for n in range(20):
             await client.call(n, "big")
         await client.request("ping", "ping")
         with anyio.fail_after(10):
-            while len(server._inflight) < 4:
+            while backend.taken(server) < 4:
                 await anyio.sleep(0.01)
         await anyio.sleep(0.2)
-        assert len(server._inflight) == 4  # the reader waits for a slot instead of taking more
+        assert backend.taken(server) == 4  # the reader waits for a slot instead of taking more
+        if backend.service is not None:  # and the service was asked no more than that
+            assert len(backend.service.requests) == 4
         ids = []
         with anyio.fail_after(30):
             for _ in range(21):

@@ -1,7 +1,9 @@
-"""Fuzzing the bash MCP server with Hypothesis: whatever a client writes, the server stays up and answers.
+"""Fuzzing the bash MCP servers with Hypothesis: whatever a client writes, the server stays up and answers.
 
-The core runs in-process on pipes (`rpc_pipe`), one server per example, with fake tools or the real task
-engine. Bounded (`max_examples`, no deadline) so that CI runs each in seconds.
+Each server runs in-process on pipes (`rpc_pipe`), one server per example: the frames against both the
+standalone server and the forwarding one (fake tools; a fake service behind the forwarder), the tools'
+arguments against the real task engine. Bounded (`max_examples`, no deadline) so that CI runs each in
+seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +23,7 @@ from hyperhive.bash_mcp.jsonrpc import StdioServer
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.rpc_pipe import RESULT_TYPES, PipeClient, check_response, fake_tools, serving
+from tests.unit.rpc_pipe import BACKENDS, RESULT_TYPES, Backend, PipeClient, Server, backend_of, check_response, serving
 
 FUZZ = settings(
     max_examples=200,
@@ -160,16 +163,14 @@ def check_result_shape(msg: dict[str, Any]) -> None:
     RESULT_TYPES[method].model_validate(result)
 
 
-async def exchange(server: StdioServer, frames: list[bytes]) -> list[bytes]:
+async def exchange(server: Server, frames: list[bytes]) -> list[bytes]:
     """Send every frame and a final ping; return every line the server wrote, up to its end."""
     async with serving(server) as client:
         for frame in frames:
             await client.send_bytes(frame + b"\n")
         await client.request(FINAL, "ping")
         lines = await read_until_final(client)
-        with anyio.fail_after(20):
-            while server._inflight:  # requests read before the ping are registered; let them answer
-                await anyio.sleep(0.005)
+        await Backend.settled(server)  # requests read before the ping are registered; let them answer
         lines += await client.shutdown()
     return lines
 
@@ -185,10 +186,12 @@ async def read_until_final(client: PipeClient) -> list[bytes]:
                 return lines
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
 @FUZZ
 @given(st.lists(FRAMES, max_size=8))
-def test_any_frames_get_one_valid_answer_each_and_the_server_stays_up(frames: list[bytes]) -> None:
-    lines = anyio.run(exchange, StdioServer("fuzz", "0", fake_tools()), frames)
+def test_any_frames_get_one_valid_answer_each_and_the_server_stays_up(kind: str, frames: list[bytes]) -> None:
+    with backend_of(kind) as backend:
+        lines = anyio.run(exchange, backend.server(), frames)
     answers = []
     for line in lines:
         msg = json.loads(line.decode("utf-8"))  # UTF-8 JSON, whatever came in

@@ -1,6 +1,8 @@
-"""The bash MCP server's JSON-RPC core at the protocol edge: each frame that once crashed it, and the rules.
+"""Both bash MCP servers at the protocol edge: each frame that once crashed one, and the rules.
 
-Driven in-process over pipes (`rpc_pipe`), with fake tools; every response is validated against the `mcp`
+Every test runs against the standalone server and the forwarding server (its calls answered by a fake
+service on a Unix socket), driven in-process over pipes (`rpc_pipe`), with fake tools: the rules live in
+bash_mcp/protocol.py once, and are proven here for both. Every response is validated against the `mcp`
 package's types. Each test ends with a `ping` that must still be answered: the server stayed up.
 """
 
@@ -8,20 +10,44 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
-from hyperhive.bash_mcp import jsonrpc
+from hyperhive.bash_mcp import protocol
+from hyperhive.bash_mcp import protocol as jsonrpc  # the codes and bounds, as both servers use them
 from hyperhive.bash_mcp.jsonrpc import StdioServer
-from tests.unit.rpc_pipe import PipeClient, check_response, fake_tools, serving
+from tests.unit.rpc_pipe import (
+    BACKENDS,
+    Backend,
+    Gate,
+    PipeClient,
+    Server,
+    backend_of,
+    check_response,
+    fake_tools,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
 
-def server(gate: anyio.Event | None = None) -> StdioServer:
-    return StdioServer("test", "0", fake_tools(gate))
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    with backend_of(request.param) as chosen:
+        yield chosen
+
+
+@pytest.fixture
+def server(backend: Backend) -> Any:
+    """`server()` or `server(gate)`: a fresh server of the test's kind."""
+
+    def make(gate: Gate | None = None) -> Server:
+        return backend.server(gate)
+
+    return make
 
 
 async def still_up(client: PipeClient) -> None:
@@ -44,7 +70,7 @@ async def one_error(client: PipeClient, frame: bytes) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "rid", [[1], {"a": 1}, None, 1.5, True], ids=["array", "object", "null", "fraction", "boolean"]
 )
-async def test_id_that_is_not_a_string_or_integer_is_invalid_request_with_null_id(rid: object) -> None:
+async def test_id_that_is_not_a_string_or_integer_is_invalid_request_with_null_id(server: Any, rid: object) -> None:
     async with serving(server()) as client:
         frame = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "ping"}).encode()
         msg = await one_error(client, frame)
@@ -55,14 +81,14 @@ async def test_id_that_is_not_a_string_or_integer_is_invalid_request_with_null_i
 @pytest.mark.parametrize(
     "params", [[1], None, {}, {"requestId": [1]}, {"requestId": {"a": 1}}, {"requestId": None}, {"requestId": 1.5}]
 )
-async def test_cancelled_notification_with_malformed_params_is_ignored(params: object) -> None:
+async def test_cancelled_notification_with_malformed_params_is_ignored(server: Any, params: object) -> None:
     async with serving(server()) as client:
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
         await still_up(client)
 
 
 @pytest.mark.parametrize("depth", [1000, 100_000])
-async def test_deep_nesting_is_a_parse_error_or_a_rejected_batch(depth: int) -> None:
+async def test_deep_nesting_is_a_parse_error_or_a_rejected_batch(server: Any, depth: int) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, b"[" * depth + b"]" * depth)
         assert msg["id"] is None
@@ -73,7 +99,7 @@ async def test_deep_nesting_is_a_parse_error_or_a_rejected_batch(depth: int) -> 
     assert "nested too deeply" in msg["error"]["message"]
 
 
-async def test_integer_over_4300_digits_is_a_parse_error() -> None:
+async def test_integer_over_4300_digits_is_a_parse_error(server: Any) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, b'{"jsonrpc":"2.0","id":' + b"7" * 5000 + b',"method":"ping"}')
     assert msg == {"jsonrpc": "2.0", "id": None, "error": msg["error"]}
@@ -81,7 +107,7 @@ async def test_integer_over_4300_digits_is_a_parse_error() -> None:
 
 
 @pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
-async def test_nan_and_infinity_are_not_json(constant: bytes) -> None:
+async def test_nan_and_infinity_are_not_json(server: Any, constant: bytes) -> None:
     async with serving(server()) as client:
         frame = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"x":%s}}}'
         msg = await one_error(client, frame % constant)
@@ -89,7 +115,7 @@ async def test_nan_and_infinity_are_not_json(constant: bytes) -> None:
     assert msg["error"]["code"] == jsonrpc.PARSE_ERROR
 
 
-async def test_lone_surrogate_echoed_back_is_written_escaped() -> None:
+async def test_lone_surrogate_echoed_back_is_written_escaped(server: Any) -> None:
     async with serving(server()) as client:
         await client.send_bytes(b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call","params":{"name":"echo",')
         await client.send_bytes(b'"arguments":{"s":"\\udfff"}}}\n')
@@ -104,14 +130,14 @@ async def test_lone_surrogate_echoed_back_is_written_escaped() -> None:
         await still_up(client)
 
 
-async def test_bytes_that_are_not_utf8_are_a_parse_error() -> None:
+async def test_bytes_that_are_not_utf8_are_a_parse_error(server: Any) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}')
     assert msg["error"]["code"] == jsonrpc.PARSE_ERROR
 
 
 @pytest.mark.parametrize("params", ["x", 3, True])
-async def test_params_that_are_neither_object_nor_array_are_an_invalid_request(params: object) -> None:
+async def test_params_that_are_neither_object_nor_array_are_an_invalid_request(server: Any, params: object) -> None:
     async with serving(server()) as client:
         frame = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping", "params": params}).encode()
         msg = await one_error(client, frame)
@@ -119,7 +145,7 @@ async def test_params_that_are_neither_object_nor_array_are_an_invalid_request(p
     assert msg["error"]["code"] == jsonrpc.INVALID_REQUEST
 
 
-async def test_params_array_for_a_method_taking_an_object_is_invalid_params() -> None:
+async def test_params_array_for_a_method_taking_an_object_is_invalid_params(server: Any) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":["echo"]}')
     assert msg["id"] == 5
@@ -139,7 +165,9 @@ async def test_params_array_for_a_method_taking_an_object_is_invalid_params() ->
         (b"null", None),
     ],
 )
-async def test_malformed_request_is_invalid_request_with_its_id_when_valid(frame: bytes, rid: object) -> None:
+async def test_malformed_request_is_invalid_request_with_its_id_when_valid(
+    server: Any, frame: bytes, rid: object
+) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, frame)
     assert msg["id"] == rid
@@ -147,7 +175,7 @@ async def test_malformed_request_is_invalid_request_with_its_id_when_valid(frame
 
 
 @pytest.mark.parametrize("batch", [[], [{"jsonrpc": "2.0", "id": 1, "method": "ping"}] * 3, [1, 2]])
-async def test_batch_gets_one_invalid_request_error(batch: list[Any]) -> None:
+async def test_batch_gets_one_invalid_request_error(server: Any, batch: list[Any]) -> None:
     async with serving(server()) as client:
         msg = await one_error(client, json.dumps(batch).encode())
     assert msg["id"] is None
@@ -165,13 +193,13 @@ async def test_batch_gets_one_invalid_request_error(batch: list[Any]) -> None:
         {"jsonrpc": "2.0", "method": "no/such/notification", "params": [1]},
     ],
 )
-async def test_responses_and_notifications_get_no_answer(frame: dict[str, Any]) -> None:
+async def test_responses_and_notifications_get_no_answer(server: Any, frame: dict[str, Any]) -> None:
     async with serving(server()) as client:
         await client.send(frame)
         await still_up(client)
 
 
-async def test_blank_lines_and_crlf_are_tolerated() -> None:
+async def test_blank_lines_and_crlf_are_tolerated(server: Any) -> None:
     async with serving(server()) as client:
         await client.send_bytes(b'\n  \r\n{"jsonrpc": "2.0", "id": 1, "method": "ping"}\r\n')
         with anyio.fail_after(10):
@@ -179,7 +207,7 @@ async def test_blank_lines_and_crlf_are_tolerated() -> None:
         await still_up(client)
 
 
-async def test_unknown_method_is_method_not_found() -> None:
+async def test_unknown_method_is_method_not_found(server: Any) -> None:
     async with serving(server()) as client:
         await client.request(9, "resources/list")
         with anyio.fail_after(10):
@@ -193,7 +221,7 @@ async def test_unknown_method_is_method_not_found() -> None:
     "params",
     [{"name": "nope"}, {"name": ["echo"]}, {}, {"name": "echo", "arguments": [1]}, {"name": "echo", "arguments": "x"}],
 )
-async def test_bad_tool_call_is_invalid_params(params: dict[str, Any]) -> None:
+async def test_bad_tool_call_is_invalid_params(server: Any, params: dict[str, Any]) -> None:
     async with serving(server()) as client:
         await client.request(4, "tools/call", params)
         with anyio.fail_after(10):
@@ -204,8 +232,10 @@ async def test_bad_tool_call_is_invalid_params(params: dict[str, Any]) -> None:
 
 
 async def test_exception_in_a_tool_is_an_internal_error_for_that_request_only() -> None:
+    """The standalone server's own tool code; the forwarding one runs none (test_bash_mcp_forward.py has
+    what a failing service gives)."""
     gate = anyio.Event()
-    async with serving(server(gate)) as client:
+    async with serving(StdioServer("test", "0", fake_tools(gate))) as client:
         await client.call("slow", "wait")
         await client.call("bad", "boom")
         with anyio.fail_after(10):
@@ -221,7 +251,7 @@ async def test_exception_in_a_tool_is_an_internal_error_for_that_request_only() 
         await still_up(client)
 
 
-async def test_tool_failure_is_an_is_error_result() -> None:
+async def test_tool_failure_is_an_is_error_result(server: Any) -> None:
     async with serving(server()) as client:
         await client.call(1, "fail", x=1)
         with anyio.fail_after(10):
@@ -231,7 +261,7 @@ async def test_tool_failure_is_an_is_error_result() -> None:
     assert msg["result"]["content"][0]["text"] == "failed as asked: {'x': 1}"
 
 
-async def test_every_answer_of_a_session_validates_against_the_mcp_types() -> None:
+async def test_every_answer_of_a_session_validates_against_the_mcp_types(server: Any) -> None:
     async with serving(server()) as client:
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
         sent = {
@@ -250,7 +280,7 @@ async def test_every_answer_of_a_session_validates_against_the_mcp_types() -> No
     assert msg["result"]["isError"] is True
 
 
-async def test_unknown_protocol_version_is_answered_with_the_newest() -> None:
+async def test_unknown_protocol_version_is_answered_with_the_newest(server: Any) -> None:
     async with serving(server()) as client:
         await client.request(1, "initialize", {"protocolVersion": ["2025-06-18"]})
         with anyio.fail_after(10):
@@ -263,8 +293,10 @@ async def cancel(client: PipeClient, rid: object) -> None:
     await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
 
 
-async def test_cancel_of_a_duplicated_id_cancels_every_request_with_that_id_and_only_those() -> None:
-    gate = anyio.Event()
+async def test_cancel_of_a_duplicated_id_cancels_every_request_with_that_id_and_only_those(
+    server: Any, backend: Backend
+) -> None:
+    gate = backend.gate()
     srv = server(gate)
     async with serving(srv) as client:
         for rid in (7, 7, "7", 8):
@@ -280,11 +312,14 @@ async def test_cancel_of_a_duplicated_id_cancels_every_request_with_that_id_and_
         with anyio.fail_after(10):
             assert (await client.recv())["id"] == 7
         await still_up(client)
+        await Backend.settled(srv)
         assert srv._inflight == {}
 
 
-async def test_a_finished_duplicate_does_not_take_the_other_requests_cancellation_with_it() -> None:
-    gate = anyio.Event()
+async def test_a_finished_duplicate_does_not_take_the_other_requests_cancellation_with_it(
+    server: Any, backend: Backend
+) -> None:
+    gate = backend.gate()
     srv = server(gate)
     async with serving(srv) as client:
         await client.call(5, "wait")
@@ -296,13 +331,14 @@ async def test_a_finished_duplicate_does_not_take_the_other_requests_cancellatio
         await still_up(client)
         gate.set()
         await still_up(client)  # the cancelled wait sent nothing before this pong
+        await Backend.settled(srv)
         assert srv._inflight == {}
 
 
 async def test_oversized_line_gets_exactly_one_error_and_the_rest_of_it_is_skipped(
-    monkeypatch: pytest.MonkeyPatch,
+    server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jsonrpc, "MAX_LINE", 1000)
+    monkeypatch.setattr(protocol, "MAX_LINE", 1000)
     request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
     async with serving(server()) as client:
         # Over the bound but inside one read; then one spread over many reads, full of would-be requests.
@@ -318,19 +354,17 @@ async def test_oversized_line_gets_exactly_one_error_and_the_rest_of_it_is_skipp
             assert await client.recv() == {"jsonrpc": "2.0", "id": 2, "result": {}}
 
 
-async def test_answers_already_made_are_flushed_after_stdin_closes() -> None:
+async def test_answers_already_made_are_flushed_after_stdin_closes(server: Any) -> None:
     srv = server()
     async with serving(srv) as client:
         for rid in range(20):
             await client.call(rid, "echo", pad="x" * 20_000)  # 400 kB of answers: more than the pipe holds
-        with anyio.fail_after(10):
-            while srv._inflight:  # all answered, most still queued: nobody reads yet
-                await anyio.sleep(0.01)
+        await Backend.settled(srv)  # all answered, most still waiting to be written: nobody reads yet
         lines = await client.shutdown()
     assert sorted(json.loads(line)["id"] for line in lines) == list(range(20))
 
 
-async def test_closed_stdout_ends_the_server() -> None:
+async def test_closed_stdout_ends_the_server(server: Any) -> None:
     async with serving(server()) as client:
         await still_up(client)
         os.close(client.from_server)

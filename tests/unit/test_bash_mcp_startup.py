@@ -61,31 +61,60 @@ def test_bash_mcp_imports_none_of_the_runtimes_sdks_or_pydantic(tmp_path: Path) 
     assert forbidden(modules) == []
 
 
-def test_the_forwarding_bash_mcp_imports_neither_the_engine_nor_the_store(tmp_path: Path) -> None:
-    """Under the harness the per-turn server only lists the tools and forwards calls: the task engine, the
-    store and sqlite3 live in the service."""
-    modules = imported_modules(tmp_path, "bash-mcp", HIVE_SOCKET=str(tmp_path / "harness.sock"))
+# What the forwarding server (spawned for every turn under the harness, 100 ms from spawn to tools/list) must
+# not import: asyncio and anyio alone cost more than that budget here; the engine, the store and sqlite3
+# live in the service; the async control socket and the anyio JSON-RPC core are the standalone's.
+FORWARDING_FORBIDDEN = (
+    "asyncio",
+    "anyio",
+    "sqlite3",
+    "_sqlite3",
+    "pydantic",
+    "mcp",
+    "hyperhive.store",
+    "hyperhive.tasks.engine",
+    "hyperhive.procs",
+    "hyperhive.bash_mcp.server",
+    "hyperhive.bash_mcp.jsonrpc",
+    "hyperhive.harness.control",
+)
+
+
+def forwarding_forbidden(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORWARDING_FORBIDDEN))
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["HIVE_SOCKET", "state-dir-lock"])
+def test_the_forwarding_bash_mcp_imports_no_asyncio_anyio_engine_or_store(tmp_path: Path, told: bool) -> None:
+    """Under the harness the per-turn server only lists the tools and forwards calls, on threads."""
+    from hyperhive.harness.lock import ServiceLock
+
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {"HIVE_SOCKET": str(state / "harness.sock")} if told else {}
+    # Without HIVE_SOCKET the server forwards because a service holds the state directory: this test does.
+    with ServiceLock(state):
+        modules = imported_modules(tmp_path, "bash-mcp", **env)
     assert "hyperhive.bash_mcp.forward" in modules
-    engine_side = (
-        "sqlite3",
-        "hyperhive.store",
-        "hyperhive.tasks.engine",
-        "hyperhive.bash_mcp.server",
-        "hyperhive.procs",
-    )
-    assert sorted(m for m in modules if m.split(".")[0] == "sqlite3" or m in engine_side) == []
+    assert forwarding_forbidden(modules) == []
     assert forbidden(modules) == []
 
 
-def test_the_forwarding_server_lists_exactly_the_standalone_tools(tmp_path: Path) -> None:
-    from hyperhive.bash_mcp.forward import forwarding_tools
+def test_the_forwarding_guard_sees_what_the_standalone_server_imports(tmp_path: Path) -> None:
+    """The guard can fail: the standalone server runs on anyio (asyncio), with the engine and the store."""
+    found = forwarding_forbidden(imported_modules(tmp_path, "bash-mcp"))
+    assert {"asyncio", "anyio", "sqlite3", "hyperhive.store", "hyperhive.bash_mcp.server"} <= set(found)
+
+
+def test_the_forwarding_server_lists_exactly_the_standalone_tools() -> None:
+    from hyperhive.bash_mcp.forward import ForwardingServer
     from hyperhive.bash_mcp.server import build_tools
 
     class NoService:
         pass
 
     standalone = [tool.listing() for tool in build_tools(NoService())]  # type: ignore[arg-type]
-    assert [tool.listing() for tool in forwarding_tools(tmp_path / "harness.sock")] == standalone
+    assert ForwardingServer("unused.sock").session.answer("tools/list", None) == {"tools": standalone}
 
 
 def test_bash_mcp_ignores_hive_mcp_servers_even_when_it_is_broken(tmp_path: Path) -> None:

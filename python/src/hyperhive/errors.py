@@ -6,7 +6,11 @@ callers branch on types and fields, never on message text.
 
 from __future__ import annotations
 
-from typing import Any
+# Standard library only, and not even `typing` at run time: the per-turn forwarding bash server imports this
+# module on its start-up path (bash_mcp/protocol.py says why; type checkers treat any TYPE_CHECKING alike).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class HyperhiveError(Exception):

@@ -1,18 +1,21 @@
 """`hyperhive bash-mcp`'s body, free of click: `python -m hyperhive bash-mcp` (how agents spawn it, for every
 turn) comes here straight from `hyperhive.__main__`, so that its start-up imports only what it uses.
+
+Which server to run is decided first, with the standard library alone (config.py and harness/lock.py): the
+forwarding server (bash_mcp/forward.py) must never import asyncio or anyio, whose import alone would take
+most of its 100 ms budget from spawn to `tools/list`. Only the standalone server imports anyio and logging.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-from pathlib import Path
 
-import anyio
-
-from hyperhive.config import load_config
 from hyperhive.errors import ConfigError, HyperhiveError, exit_status, hyperhive_error
+
+TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
+if TYPE_CHECKING:
+    from hyperhive.config import Config
 
 
 def main() -> None:
@@ -34,28 +37,39 @@ def _main() -> None:
     per-turn process): when HIVE_SOCKET is set, or when a service holds the state directory (an agent may
     not pass HIVE_SOCKET on to its MCP servers). Otherwise the tasks are hosted here and end with it.
     """
-    logging.basicConfig(level=logging.WARNING, format="hyperhive bash-mcp: %(levelname)s %(message)s")
     socket = os.environ.get("HIVE_SOCKET")
     if socket:
-        _forward(Path(socket))
+        _forward(socket)
         return
+    from hyperhive.config import load_config
+
     try:
         # HIVE_MCP_SERVERS is the agent's business, not this server's: reading it would load pydantic.
         config = load_config(read_mcp_servers=False)
     except ConfigError as exc:
         print(f"hyperhive: {exc}", file=sys.stderr)
         sys.exit(2)
+    from hyperhive.harness.control_wire import SOCKET_NAME
     from hyperhive.harness.lock import holder
 
     if holder(config.state_dir) is not None:
-        _forward(config.state_dir / "harness.sock")
+        _forward(str(config.state_dir / SOCKET_NAME))
         return
-    from hyperhive.bash_mcp.server import serve_standalone
-
-    anyio.run(serve_standalone, config)
+    _standalone(config)
 
 
-def _forward(socket: Path) -> None:
+def _forward(socket: str) -> None:
     from hyperhive.bash_mcp.forward import serve_forwarding
 
-    anyio.run(serve_forwarding, socket)
+    serve_forwarding(socket)
+
+
+def _standalone(config: Config) -> None:
+    import logging
+
+    import anyio
+
+    from hyperhive.bash_mcp.server import serve_standalone
+
+    logging.basicConfig(level=logging.WARNING, format="hyperhive bash-mcp: %(levelname)s %(message)s")
+    anyio.run(serve_standalone, config)

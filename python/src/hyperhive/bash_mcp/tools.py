@@ -2,17 +2,21 @@
 
 Kept apart from their handlers (bash_mcp/server.py) because the forwarding server, which an agent spawns
 for every turn under the harness, lists these same tools but runs none of them here: importing the task
-engine and the store only to describe four tools would double its start-up. Nothing heavier than the
-JSON-RPC core.
+engine and the store only to describe four tools would double its start-up. Standard library only, and
+only the protocol module (bash_mcp/protocol.py): the forwarding server imports this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from hyperhive.bash_mcp.jsonrpc import Tool, ToolHandler
+from hyperhive.bash_mcp.protocol import Tool, ToolSpec
 from hyperhive.tasks.limits import DEFAULT_WAIT, MAX_WAIT
+
+TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from hyperhive.bash_mcp.protocol import ToolHandler
 
 INSTRUCTIONS = (
     f"Background shell tasks. run() starts `sh -c CMD` and waits up to wait_seconds (default {DEFAULT_WAIT:g}, "
@@ -75,6 +79,10 @@ DECLARATIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
+# What tools/list shows: all the forwarding server needs.
+SPECS = tuple(ToolSpec(name, description, schema) for name, description, schema in DECLARATIONS)
+
+
 def declare(handler_for: Callable[[str], ToolHandler]) -> list[Tool]:
-    """The four tools, each served by `handler_for(name)`: the engine's own, or a forwarder to the service."""
-    return [Tool(name, description, schema, handler_for(name)) for name, description, schema in DECLARATIONS]
+    """The four tools, each served by `handler_for(name)`: the engine's own (standalone, and in the service)."""
+    return [Tool(spec.name, spec.description, spec.input_schema, handler_for(spec.name)) for spec in SPECS]

@@ -12,7 +12,8 @@ hangs up. A client that hangs up early cancels its request (a `run` cancelled by
 inline). Requests are at most 1 MiB; anything malformed gets a clear `ok: false` answer and the connection
 is closed, nothing more.
 
-This module is imported by `hyperhive bash-mcp` on its fast path: standard library and anyio only.
+The wire itself (names, bounds, errors, the answer's shape) is defined in harness/control_wire.py, which
+the per-turn forwarding bash server uses alone, with its blocking client: it must not import anyio.
 """
 
 from __future__ import annotations
@@ -32,21 +33,32 @@ from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hyperhive.errors import HyperhiveError
+from hyperhive.harness.control_wire import (
+    MAX_ANSWER,
+    MAX_REQUEST,
+    SOCKET_NAME,
+    ControlError,
+    ServiceUnavailable,
+    closed_early,
+    parse_answer,
+    unavailable,
+)
+from hyperhive.harness.control_wire import dump as _dump
 
 log = logging.getLogger("hyperhive.harness")
 
-SOCKET_NAME = "harness.sock"
-MAX_REQUEST = 1 << 20
-# A single answer may carry a tool result with two 4 KiB tails; stream events carry one stream-json line.
-MAX_ANSWER = 64 << 20
-
-
-class ServiceUnavailable(HyperhiveError):
-    """Nothing answers on the control socket: the service is not running (or not ours to reach)."""
-
-
-class ControlError(HyperhiveError):
-    """The service answered `ok: false`: `kind` says what went wrong, the message says how to fix it."""
+__all__ = [
+    "MAX_ANSWER",
+    "MAX_REQUEST",
+    "SOCKET_NAME",
+    "ControlClient",
+    "ControlError",
+    "ControlServer",
+    "Handler",
+    "Reply",
+    "RequestRefused",
+    "ServiceUnavailable",
+]
 
 
 class Reply:
@@ -66,10 +78,6 @@ class RequestRefused(HyperhiveError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message, kind=kind)
         self.kind = kind
-
-
-def _dump(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
 
 
 def _peer_uid(stream: SocketStream) -> int | None:
@@ -174,16 +182,8 @@ class ControlClient:
     async def _connect(self) -> SocketStream:
         try:
             return await anyio.connect_unix(self.path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise ServiceUnavailable(
-                f"the hyperhive service is not running (nothing answers on {self.path})", path=str(self.path)
-            ) from exc
-        except PermissionError as exc:
-            raise ServiceUnavailable(
-                f"{self.path} belongs to another user's hyperhive service; run as that user", path=str(self.path)
-            ) from exc
         except OSError as exc:
-            raise ServiceUnavailable(f"cannot reach the hyperhive service at {self.path}: {exc}") from exc
+            raise unavailable(self.path, exc) from exc
 
     async def call(self, op: str, **params: Any) -> dict[str, Any]:
         stream = await self._connect()
@@ -210,11 +210,5 @@ async def _read_answer(reader: BufferedByteReceiveStream, path: Path) -> dict[st
     try:
         line = await reader.receive_until(b"\n", MAX_ANSWER)
     except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-        raise ServiceUnavailable(f"the hyperhive service at {path} closed the connection without answering") from exc
-    answer = json.loads(line)
-    if not isinstance(answer, dict):
-        raise ControlError(f"the service at {path} sent something that is not an answer: {line[:200]!r}")
-    if not answer.get("ok"):
-        raise ControlError(str(answer.get("error", "request failed")), kind=answer.get("kind", "error"))
-    answer.pop("ok", None)
-    return answer
+        raise closed_early(path) from exc
+    return parse_answer(line, path)

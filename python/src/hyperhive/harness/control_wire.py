@@ -1,0 +1,159 @@
+"""The control socket's wire, defined once: names, bounds, errors, the answer's shape, a blocking client.
+
+The async server and client (harness/control.py, for the service and the operator CLI) and the per-turn
+forwarding bash server (bash_mcp/forward.py) both use it. The forwarding server is spawned for every agent
+turn and must answer `tools/list` within 100 ms, so this module is standard library only (no anyio, no
+asyncio, not even pathlib or typing at run time); its client makes blocking calls, one thread each.
+
+One connection carries one request (docs/architecture.md, "The control socket"):
+
+    client → {"op": "<name>", ...params}\\n
+    server → {"ok": true, ...result}\\n                       or {"ok": false, "kind": "...", "error": "..."}\\n
+
+A client that hangs up cancels its request at the service: `ControlCall.cancel` does exactly that.
+"""
+
+from __future__ import annotations
+
+import contextlib  # already loaded by `python -m` (runpy): free on the forwarder's path
+import json
+import os
+import socket
+import threading
+
+from hyperhive.errors import HyperhiveError
+
+TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
+if TYPE_CHECKING:
+    from typing import Any
+
+SOCKET_NAME = "harness.sock"
+MAX_REQUEST = 1 << 20
+# A single answer may carry a tool result with two 4 KiB tails; stream events carry one stream-json line.
+MAX_ANSWER = 64 << 20
+
+
+class ServiceUnavailable(HyperhiveError):
+    """Nothing answers on the control socket: the service is not running (or not ours to reach)."""
+
+
+class ControlError(HyperhiveError):
+    """The service answered `ok: false`: `kind` says what went wrong, the message says how to fix it."""
+
+
+class CallCancelled(HyperhiveError):
+    """`ControlCall.cancel` hung up before the answer came: there is no answer."""
+
+
+def dump(obj: dict[str, Any]) -> bytes:
+    """One request, answer or event: a line of JSON (a lone surrogate passes through, as JSON allows)."""
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
+
+
+def unavailable(path: str | os.PathLike[str], exc: OSError) -> ServiceUnavailable:
+    """Why connecting to the service at `path` failed, as the operator and the agent should read it."""
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        return ServiceUnavailable(f"the hyperhive service is not running (nothing answers on {path})", path=str(path))
+    if isinstance(exc, PermissionError):
+        return ServiceUnavailable(
+            f"{path} belongs to another user's hyperhive service; run as that user", path=str(path)
+        )
+    return ServiceUnavailable(f"cannot reach the hyperhive service at {path}: {exc}", path=str(path))
+
+
+def closed_early(path: str | os.PathLike[str]) -> ServiceUnavailable:
+    return ServiceUnavailable(f"the hyperhive service at {path} closed the connection without answering")
+
+
+def parse_answer(line: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The service's first answer line: its result without `ok`, or ControlError (its refusal, or garbage)."""
+    try:
+        answer = json.loads(line)
+    except (ValueError, RecursionError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise ControlError(f"the service at {path} sent something that is not an answer: {line[:200]!r}")
+    if not answer.get("ok"):
+        raise ControlError(str(answer.get("error", "request failed")), kind=answer.get("kind", "error"))
+    answer.pop("ok", None)
+    return answer
+
+
+class ControlCall:
+    """One request on its own connection, with blocking calls: `result()` in one thread, `cancel()` from any.
+
+    `cancel` shuts the connection down: the service sees the hang-up and cancels the request (an inline
+    `run` wait stops; the task itself goes on), and `result` raises CallCancelled.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], op: str, **params: Any) -> None:
+        self.path = path
+        self.request = dump({"op": op, **params})
+        self.cancelled = False
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+
+    def result(self) -> dict[str, Any]:
+        if len(self.request) > MAX_REQUEST:  # the service would refuse it unread and hang up mid-send
+            raise ControlError(
+                f"the request is {len(self.request)} bytes; the control socket takes at most {MAX_REQUEST}",
+                kind="bad_request",
+            )
+        with self._lock:
+            if self.cancelled:
+                raise CallCancelled("cancelled before it was sent")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable (PEP 446)
+            self._sock = sock
+        try:
+            try:
+                sock.connect(os.fspath(self.path))
+            except OSError as exc:
+                raise self._cancelled_or(unavailable(self.path, exc)) from exc
+            with self._lock:
+                if self.cancelled:  # cancelled while connecting: its shutdown found nothing to shut
+                    raise CallCancelled("cancelled before it was sent")
+            try:
+                sock.sendall(self.request)
+                line = self._read_line(sock)
+            except OSError as exc:
+                raise self._cancelled_or(
+                    ServiceUnavailable(f"the connection to the hyperhive service at {self.path} failed: {exc}")
+                ) from exc
+        finally:
+            with self._lock:
+                self._sock = None
+                sock.close()
+        if line is None:
+            raise self._cancelled_or(closed_early(self.path))
+        return parse_answer(line, self.path)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._sock is not None:
+                # OSError: not connected yet; `result` sees `cancelled` once its connect returns.
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)  # wakes `result` in its recv: EOF
+
+    def _cancelled_or(self, error: HyperhiveError) -> HyperhiveError:
+        return CallCancelled("cancelled while waiting for the answer") if self.cancelled else error
+
+    def _read_line(self, sock: socket.socket) -> bytes | None:
+        """The first line of the answer, without its newline; None if the connection ends before one."""
+        buf = bytearray()
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return None
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                buf += chunk[:nl]
+                return bytes(buf)
+            buf += chunk
+            if len(buf) > MAX_ANSWER:
+                raise ControlError(f"the service at {self.path} sent an answer over {MAX_ANSWER} bytes")
+
+
+def call(path: str | os.PathLike[str], op: str, **params: Any) -> dict[str, Any]:
+    """One blocking request: its answer, or ServiceUnavailable / ControlError."""
+    return ControlCall(path, op, **params).result()

@@ -1,0 +1,229 @@
+"""The forwarding bash server on its own: what only it has (a service behind it, threads, the real command).
+
+The protocol rules are proven for both servers in test_bash_mcp_protocol.py and test_bash_mcp_fuzz.py; here
+the fake service (`fake_control.FakeService`) shows what crosses the control socket: a cancel is a hang-up
+the service sees, an unreachable or failing service is a tool error for that call only, and stdin EOF
+gives the calls in flight a bounded grace.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hyperhive.bash_mcp import forward, protocol
+from hyperhive.bash_mcp.forward import ForwardingServer
+from hyperhive.bash_mcp.protocol import ToolSpec
+from hyperhive.bash_mcp.tools import SPECS
+from hyperhive.harness.control_wire import MAX_REQUEST
+from tests.unit.bash_client import bash_server, text_of
+from tests.unit.fake_control import FakeService, fake_service
+from tests.unit.rpc_pipe import Backend, PipeClient, backend_of, check_response, serving
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    with backend_of("forwarding") as chosen:
+        yield chosen
+
+
+@pytest.fixture
+def service(backend: Backend) -> FakeService:
+    assert backend.service is not None
+    return backend.service
+
+
+async def still_up(client: PipeClient) -> None:
+    await client.request("still-up", "ping")
+    with anyio.fail_after(10):
+        assert await client.recv() == {"jsonrpc": "2.0", "id": "still-up", "result": {}}
+
+
+async def cancel(client: PipeClient, rid: object) -> None:
+    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+
+
+async def wait_until(what: str, predicate: Any) -> None:
+    with anyio.fail_after(10):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+async def test_cancel_hangs_up_on_the_service_and_sends_no_answer(backend: Backend, service: FakeService) -> None:
+    server = backend.server()
+    async with serving(server) as client:
+        await client.call(1, "wait", n=1)
+        await client.call(2, "wait", n=2)
+        await wait_until("both calls at the service", lambda: len(service.requests) == 2)
+        await cancel(client, 1)
+        await wait_until("the hang-up", lambda: service.hangups == [{"n": 1}])
+        await still_up(client)  # nothing came for 1 before this pong
+        service.gate.set()
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg, "tools/call")
+        assert msg["id"] == 2 and msg["result"]["content"][0]["text"] == "waited"
+        await Backend.settled(server)
+        await still_up(client)
+    assert service.hangups == [{"n": 1}]
+
+
+async def test_an_unreachable_service_is_a_tool_error_saying_nothing_was_started(tmp_path: Path) -> None:
+    server = ForwardingServer(str(tmp_path / "absent.sock"))
+    async with serving(server) as client:
+        await client.call(1, "run", cmd="touch started")
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg, "tools/call")
+        text = msg["result"]["content"][0]["text"]
+        assert msg["result"]["isError"] is True
+        assert "the hyperhive service is not running" in text and "none was started" in text
+        await still_up(client)
+
+
+@pytest.mark.parametrize(
+    ("tool", "says"),
+    [
+        ("refuse", "the hyperhive service refused the call: refused as asked"),
+        ("garbage", "sent something that is not an answer"),
+        ("boom", "closed the connection without answering"),
+    ],
+)
+async def test_a_failing_service_is_a_tool_error_for_that_call_only(service: FakeService, tool: str, says: str) -> None:
+    specs = [ToolSpec(name, "", {"type": "object"}) for name in ("refuse", "garbage", "boom", "echo")]
+    async with serving(ForwardingServer(str(service.path), tools=specs)) as client:
+        await client.call(1, tool)
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg, "tools/call")
+        assert msg["result"]["isError"] is True and says in msg["result"]["content"][0]["text"]
+        await client.call(2, "echo", a=1)
+        with anyio.fail_after(10):
+            assert (await client.recv())["result"]["structuredContent"] == {"args": {"a": 1}}
+
+
+async def test_an_answer_that_cannot_be_sent_as_json_is_an_internal_error_for_that_call_only(
+    service: FakeService,
+) -> None:
+    specs = [ToolSpec(name, "", {"type": "object"}) for name in ("nan", "echo")]
+    async with serving(ForwardingServer(str(service.path), tools=specs)) as client:
+        await client.call(1, "nan")
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg)
+        assert msg["id"] == 1 and msg["error"]["code"] == protocol.INTERNAL_ERROR
+        await still_up(client)
+
+
+async def test_a_call_over_the_control_sockets_bound_is_refused_without_reaching_the_service(
+    backend: Backend, service: FakeService
+) -> None:
+    async with serving(backend.server()) as client:
+        await client.call(1, "echo", pad="x" * (MAX_REQUEST + 1))
+        with anyio.fail_after(10):
+            msg = await client.recv()
+        check_response(msg, "tools/call")
+        assert msg["result"]["isError"] is True
+        assert f"the control socket takes at most {MAX_REQUEST}" in msg["result"]["content"][0]["text"]
+        await still_up(client)
+    assert service.requests == []
+
+
+async def test_stdin_eof_lets_a_call_in_flight_answer_within_the_grace(backend: Backend, service: FakeService) -> None:
+    async with serving(backend.server()) as client:
+        await client.call(1, "wait")
+        await wait_until("the call at the service", lambda: len(service.requests) == 1)
+        client.close_input()
+        await anyio.sleep(0.2)
+        service.gate.set()  # answered inside the grace: written before the server ends
+        lines = await client.shutdown()
+    assert [json.loads(line)["id"] for line in lines] == [1]
+    assert service.hangups == []
+
+
+async def test_stdin_eof_hangs_up_on_calls_still_in_flight_after_the_grace(
+    backend: Backend, service: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forward, "FLUSH_GRACE", 0.3)
+    async with serving(backend.server()) as client:
+        await client.call(1, "wait")
+        await wait_until("the call at the service", lambda: len(service.requests) == 1)
+        started = time.monotonic()
+        lines = await client.shutdown()
+        took = time.monotonic() - started
+    assert lines == []  # a hung-up call gets no answer
+    service.wait_for("the hang-up", lambda: service.hangups == [{}])  # the real service cancels on it
+    assert took < 3  # the grace (0.3 s here, 5 s by default) bounds the end
+
+
+async def test_the_mcp_sdk_client_drives_the_real_forwarding_command(tmp_path: Path) -> None:
+    with fake_service() as service:
+        async with bash_server(tmp_path / "state", tmp_path, HIVE_SOCKET=str(service.path)) as bash:
+            listed = await bash.session.list_tools()
+            assert [t.name for t in listed.tools] == [spec.name for spec in SPECS]
+            result = await bash.call("run", cmd="true", wait_seconds=0)
+            assert not result.isError and text_of(result) == 'run {"cmd": "true", "wait_seconds": 0}'
+    assert service.requests == [{"op": "tool", "name": "run", "arguments": {"cmd": "true", "wait_seconds": 0}}]
+    assert not (tmp_path / "state").exists()  # the forwarder opens no store
+
+
+def test_the_real_command_cancels_through_a_hangup_and_survives_garbage(tmp_path: Path) -> None:
+    """`python -m hyperhive bash-mcp` itself, over its real stdin and stdout: the path agents spawn."""
+    with fake_service() as service:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hyperhive", "bash-mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin", "HIVE_SOCKET": str(service.path), "HIVE_STATE_DIR": str(tmp_path / "s")},
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+
+            def send(*frames: bytes) -> None:
+                assert proc.stdin is not None
+                proc.stdin.write(b"".join(frame + b"\n" for frame in frames))
+                proc.stdin.flush()
+
+            def recv() -> dict[str, Any]:
+                assert proc.stdout is not None
+                msg = json.loads(proc.stdout.readline())
+                assert isinstance(msg, dict)
+                return msg
+
+            call = {"name": "run", "arguments": {"cmd": "wait"}}
+            send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).encode())
+            service.wait_for("the call", lambda: len(service.requests) == 1)
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+            send(
+                json.dumps(cancel).encode(),
+                b"\xff not json",
+                b"[" * 100_000,
+                b'{"jsonrpc":"2.0","id":2,"method":"ping"}',
+            )
+            service.wait_for("the hang-up", lambda: service.hangups == [{"cmd": "wait"}])
+            answers = [recv() for _ in range(3)]
+            assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
+                (None, -32700),
+                (None, -32700),
+                (2, None),
+            ]
+            proc.stdin.close()
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            assert proc.stderr is not None
+            proc.stderr.close()
