@@ -22,6 +22,8 @@ def main() -> None:
     """Run the server; a HyperhiveError ends it with one line and its exit status, never a traceback."""
     try:
         _main()
+    except KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C in a terminal: the usual status, no traceback
     except (HyperhiveError, BaseExceptionGroup) as exc:
         error = hyperhive_error(exc)
         if error is None:
