@@ -7,6 +7,7 @@ frames, each with the answers JSON-RPC 2.0 (as MCP narrows it) says it deserves,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -118,10 +119,8 @@ class StdioPeer:
     def close(self, within: float = 15.0) -> int:
         """Stdin EOF; the exit status (killed and reported as such if it does not end)."""
         assert self.proc.stdin is not None
-        try:
+        with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.close()
-        except BrokenPipeError:
-            pass
         try:
             code = self.proc.wait(within)
         except subprocess.TimeoutExpired:
@@ -260,7 +259,12 @@ class HostileFrames:
     def bad_tool_call(self) -> bytes:
         rid = self.fresh()
         params = self.rng.choice(
-            [{"name": "no_such_tool", "arguments": {}}, {"arguments": {}}, {"name": 5}, {"name": "run", "arguments": []}]
+            [
+                {"name": "no_such_tool", "arguments": {}},
+                {"arguments": {}},
+                {"name": 5},
+                {"name": "run", "arguments": []},
+            ]
         )
         self.expect(rid, INVALID_PARAMS)
         return self.req(rid, "tools/call", params)
@@ -277,7 +281,9 @@ class HostileFrames:
     def bad_params(self) -> bytes:
         rid = self.fresh()
         self.expect(rid, INVALID_REQUEST)
-        return self.line({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": self.rng.choice([5, "x", True])})
+        return self.line(
+            {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": self.rng.choice([5, "x", True])}
+        )
 
     def method_not_a_string(self) -> bytes:
         rid = self.fresh()
