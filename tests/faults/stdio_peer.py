@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,10 +48,12 @@ def outcome(msg: dict[str, Any]) -> int:
 class StdioPeer:
     """`python -m hyperhive bash-mcp` as a subprocess; a thread collects every stdout line once started."""
 
-    def __init__(self, env: dict[str, str], stderr: Path, *, read: bool = True) -> None:
+    def __init__(self, env: dict[str, str], stderr: Path, *, read: bool = True, prefix: Sequence[str] = ()) -> None:
+        """`prefix`: a command to run it under (setpriv, to be another user)."""
         self._stderr = stderr.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hyperhive", "bash-mcp"],
+            [*prefix, sys.executable, "-m", "hyperhive", "bash-mcp"],
+            cwd="/",
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

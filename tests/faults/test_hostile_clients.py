@@ -12,7 +12,11 @@ import json
 import os
 import random
 import socket
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -380,4 +384,128 @@ def test_http_slowloris_clients_do_not_block_the_agents_calls(tmp_path: Path, re
         "closed), so the service's descriptors stay bounded; the service stays up",
         f"10 of 10 calls 200, slowest {max(latencies) * 1000:.0f} ms; {fds} descriptors open in the service "
         "(before the fix: every call 503 and one descriptor per idle connection, forever)",
+    )
+
+
+# -- the control socket from another local user ------------------------------------------------------------
+
+NOBODY = 65534
+# Another user, as far as the peer-credential check can tell (SO_PEERCRED says uid 65534), who has got past
+# the file permissions anyway (a state directory made too open, a socket copied or bind-mounted out, a
+# capability): CAP_DAC_OVERRIDE kept across the uid change lets it connect to the 0600 socket in the 0700
+# directory, so the check in the service is what answers it.
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+AS_NOBODY_PAST_PERMISSIONS = [*AS_NOBODY, "--inh-caps=+dac_override", "--ambient-caps=+dac_override"]
+
+_RAW_CLIENT = """
+import json, socket, sys
+answers = []
+for line in sys.stdin.read().splitlines():
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(sys.argv[1])
+    try:
+        s.sendall(line.encode() + b"\\n")
+    except BrokenPipeError:
+        pass  # the service answered at once (forbidden) and closed: the answer is still there to read
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    answers.append(json.loads(data) if data else None)
+print(json.dumps(answers))
+"""
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="runs a client as nobody: needs root")
+
+
+def as_nobody(prefix: list[str], args: list[str], env: dict[str, str], stdin: str = "") -> Any:
+    return subprocess.run(
+        [*prefix, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60, check=False, cwd="/"
+    )
+
+
+def wake_count(state: Path) -> int:
+    db = sqlite3.connect(f"file:{state / 'hyperhive.db'}?mode=ro", uri=True)
+    try:
+        return int(db.execute("SELECT count(*) FROM wakes").fetchall()[0][0])
+    finally:
+        db.close()
+
+
+@needs_root
+def test_control_socket_refuses_another_user_who_got_past_the_file_permissions(tmp_path: Path, record: Record) -> None:
+    # Under a directory everyone may traverse (pytest's own is 0700), so that only the state directory's
+    # own mode stands between the plain nobody and the socket.
+    base = Path(tempfile.mkdtemp(prefix="hive-nobody-"))
+    base.chmod(0o755)
+    try:
+        _control_socket_from_nobody(base, record)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _control_socket_from_nobody(base: Path, record: Record) -> None:
+    with running_service(base) as service:
+        sock = str(service.state / "harness.sock")
+        wakes_before, tasks_before = wake_count(service.state), len(task_rows(service.state))
+        requests = [
+            {"op": "ping"},
+            {"op": "status"},
+            {"op": "send", "body": "run rm -rf / for me"},
+            {"op": "tool", "name": "run", "arguments": {"cmd": "touch /tmp/nobody-was-here", "wait_seconds": 0}},
+            {"op": "tool", "name": "list", "arguments": {}},
+            {"op": "subscribe"},
+            {"op": "no-such-op"},
+            "not even an object",
+        ]
+        raw = as_nobody(
+            AS_NOBODY_PAST_PERMISSIONS,
+            [sys.executable, "-c", _RAW_CLIENT, sock],
+            {"PATH": os.environ["PATH"]},
+            "\n".join(json.dumps(r) for r in requests),
+        )
+        assert raw.returncode == 0, raw.stderr
+        answers = json.loads(raw.stdout)
+        # The real CLI and a forwarding bash server, run the same way.
+        cli_env = {"PATH": os.environ["PATH"], "HIVE_STATE_DIR": str(service.state), "HOME": "/"}
+        cli_send = as_nobody(AS_NOBODY_PAST_PERMISSIONS, [sys.executable, "-m", "hyperhive", "send", "hi"], cli_env)
+        forward = StdioPeer(
+            {"PATH": os.environ["PATH"], "HIVE_SOCKET": sock},
+            base / "forward.err",
+            prefix=AS_NOBODY_PAST_PERMISSIONS,
+        )
+        forward.request(1, "tools/call", {"name": "run", "arguments": {"cmd": "touch /tmp/nobody-was-here"}})
+        tool_answer = forward.answer(1)
+        forward_code = forward.close()
+        # And without the capability: the file permissions stop it before the service is asked.
+        plain = as_nobody(AS_NOBODY, [sys.executable, "-m", "hyperhive", "status"], cli_env)
+        wakes_after, tasks_after = wake_count(service.state), len(task_rows(service.state))
+        root_ping_ok = service.status()["service"]["pid"] == service.proc.pid
+        up = service.proc.poll() is None
+    forbidden = [a for a in answers if isinstance(a, dict) and a.get("kind") == "forbidden" and a.get("ok") is False]
+    assert len(forbidden) == len(requests), answers
+    assert all(f"uid {NOBODY}" in a["error"] for a in forbidden)
+    assert cli_send.returncode != 0 and "uid 65534 may not use this socket" in cli_send.stderr, cli_send
+    assert "Traceback" not in cli_send.stderr
+    assert tool_answer["result"]["isError"] is True
+    assert "refused" in tool_answer["result"]["content"][0]["text"], tool_answer
+    assert forward_code == 0
+    assert plain.returncode == 3 and "belongs to uid 0" in plain.stderr and "Traceback" not in plain.stderr, plain
+    assert wakes_after == wakes_before and tasks_after == tasks_before
+    assert not Path("/tmp/nobody-was-here").exists()
+    assert up and root_ping_ok
+    record(
+        "another local user (uid 65534) on the control socket: past the file permissions (CAP_DAC_OVERRIDE "
+        "kept across setpriv), raw requests of every op, the operator CLI and a forwarding bash server; and "
+        "without the capability, the CLI",
+        "every request answered `forbidden` naming the uid, the CLI says so in one line and fails, the bash "
+        "tool is an isError result; no wake, no task, nothing run; without the capability the 0700 state "
+        "directory stops it first; the service keeps serving its own user",
+        f"{len(forbidden)} of {len(requests)} raw requests forbidden; CLI send exit {cli_send.returncode}; "
+        f"bash-mcp run isError; plain nobody exit {plain.returncode}; wakes +{wakes_after - wakes_before}, "
+        f"tasks +{tasks_after - tasks_before}",
     )

@@ -6,6 +6,7 @@ so an operator fixes a unit file in one pass instead of one restart per mistake.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -192,13 +193,17 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
     # is a ':'-separated list (one entry per StateDirectory=), and the first entry is ours.
     state_raw = r.get("HIVE_STATE_DIR") or (r.get("STATE_DIRECTORY") or "").split(":")[0] or ".hyperhive"
     state_dir = Path(state_raw).absolute()
-    if state_dir.exists() and not state_dir.is_dir():
-        r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
+    with contextlib.suppress(PermissionError):  # another user's: the store says so, naming it (exit 3)
+        if state_dir.exists() and not state_dir.is_dir():
+            r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
 
     workdir_raw = r.get("HIVE_WORKDIR")
     workdir = Path(workdir_raw).absolute() if workdir_raw else Path.cwd()
-    if not workdir.is_dir():
-        r.problems["HIVE_WORKDIR"] = f"{workdir} is not an existing directory"
+    try:
+        if not workdir.is_dir():
+            r.problems["HIVE_WORKDIR"] = f"{workdir} is not an existing directory"
+    except PermissionError:
+        r.problems["HIVE_WORKDIR"] = f"{workdir} cannot be reached by uid {os.geteuid()} (permission denied)"
 
     idle_timeout = r.seconds("HIVE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT)
     cancel_grace = r.seconds("HIVE_CANCEL_GRACE", DEFAULT_CANCEL_GRACE)

@@ -210,6 +210,15 @@ def prepare_state_dir(state_dir: Path, *, create: bool = True) -> None:
         ) from exc
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"the state directory {state_dir} is not a directory", path=str(state_dir), problem="type")
+    if not os.access(state_dir, os.R_OK | os.X_OK):
+        # Another user's (the service's) private directory: say whose, instead of a traceback further on.
+        raise StoreError(
+            f"the state directory {state_dir} belongs to uid {st.st_uid} (mode {stat.S_IMODE(st.st_mode):04o}) and "
+            f"this is uid {os.geteuid()}: run as that user, or as root",
+            path=str(state_dir),
+            problem="access",
+            owner=st.st_uid,
+        )
     private_dir(state_dir, st)
 
 
