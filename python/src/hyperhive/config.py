@@ -70,6 +70,19 @@ class Config:
         return servers.with_bash(env)
 
 
+def _shape(value: object) -> str:
+    """What a JSON value is, naming keys and types but never a value (they may be secrets)."""
+    if isinstance(value, dict):
+        bad = [f"{k} ({type(v).__name__})" for k, v in value.items() if not isinstance(v, str)][:5]
+        return "an object whose values for " + ", ".join(bad) + " are not strings" if bad else "an object"
+    if isinstance(value, list):
+        bad = [f"{i} ({type(v).__name__})" for i, v in enumerate(value) if not isinstance(v, str)][:5]
+        return "an array whose items " + ", ".join(bad) + " are not strings" if bad else "an array"
+    return "a " + {"str": "string", "int": "number", "float": "number", "bool": "boolean"}.get(
+        type(value).__name__, "null"
+    )
+
+
 class _Reader:
     """Reads one variable at a time, remembering every problem instead of stopping at the first."""
 
@@ -91,7 +104,8 @@ class _Reader:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON array of strings like ["acp"]'
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problems[name] = f"expected a JSON array of strings, got {raw!r}"
+            # Never the value itself: arguments and environments carry API keys.
+            self.problems[name] = f"expected a JSON array of strings, got {_shape(value)}"
             return ()
         return tuple(value)
 
@@ -105,7 +119,7 @@ class _Reader:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON object of strings like {{"K": "v"}}'
             return {}
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            self.problems[name] = f"expected a JSON object mapping strings to strings, got {raw!r}"
+            self.problems[name] = f"expected a JSON object mapping strings to strings, got {_shape(value)}"
             return {}
         return value
 
