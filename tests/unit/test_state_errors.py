@@ -99,6 +99,7 @@ def test_server_creates_a_missing_state_directory_private(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert stat.S_IMODE((state / "harness" / "bash-tasks").stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "harness").stat().st_mode) == 0o700  # was the umask's 0755
 
 
 def test_bash_tasks_that_is_a_file_is_one_line_and_exit_3(tmp_path: Path) -> None:
