@@ -8,11 +8,12 @@ HIVE_FAULTS_SEED=N replays one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
-import socket
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -226,10 +227,9 @@ class Http:
         """The status of one request sent exactly as given (headers set to "" are left out)."""
         head = self.head(len(body), **headers) if raw_head is None else raw_head
         with socket.create_connection(("127.0.0.1", self.port), timeout=20) as sock:
-            try:
+            # A 413 may be answered, and the connection closed, before the whole body was taken.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(head + body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # answered (413) and closed before the whole body was taken
             data = b""
             while b"\r\n" not in data:
                 chunk = sock.recv(4096)

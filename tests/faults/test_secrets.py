@@ -104,7 +104,7 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
 
 def test_a_state_directory_others_can_write_or_own_is_refused_at_start(tmp_path: Path, record: Record) -> None:
     results = {}
-    for name, mode, owner in (("world", 0o777, None), ("group", 0o770, None)):
+    for name, mode, owner in (("world", 0o777, None), ("group", 0o770, None), ("other-owner", 0o700, 65534)):
         state = tmp_path / name
         state.mkdir()
         state.chmod(mode)
@@ -125,7 +125,7 @@ def test_a_state_directory_others_can_write_or_own_is_refused_at_start(tmp_path:
         assert len(err.splitlines()) == 1 and str(tmp_path / name) in err, err
         assert created == [], (name, created)  # refused before anything was written there
     record(
-        "hyperhive agent on a state directory others can write: 0777, 0770 (owned by another uid: not refused yet)",
+        "hyperhive agent on a state directory others can write: 0777, 0770, and 0700 owned by another uid",
         "refused at start with one line naming the directory and the fix, exit 3, nothing created in it",
         "; ".join(f"{n}: exit {c}" for n, (c, _, _) in results.items()),
     )

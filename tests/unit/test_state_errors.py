@@ -259,3 +259,19 @@ def test_operator_cli_of_another_user_says_whose_state_directory_it_is_in_one_li
         assert_one_line_state_error(as_nobody(hidden, *command), "cannot read the state directory", str(hidden))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(not ROOT, reason="chowns a directory to nobody: needs root")
+def test_state_directory_owned_by_another_uid_is_refused_to_the_service_and_readable_by_roots_cli(
+    tmp_path: Path,
+) -> None:
+    # Its owner can write it whatever its mode: the service (or a standalone server) would trust files that
+    # user planted. Root's operator CLI may still read it (a DynamicUser service's state, `sudo hyperhive`).
+    state = tmp_path / "state"
+    Store(state / "hyperhive.db").close()
+    os.chown(state, 65534, 65534)
+    with pytest.raises(StoreError, match="belongs to uid 65534"):
+        Store(state / "hyperhive.db")
+    assert_one_line_state_error(hyperhive(state, tmp_path, "bash-mcp"), "belongs to uid 65534", "chown")
+    listing = hyperhive(state, tmp_path, "tasks")
+    assert listing.returncode == 0, listing.stderr

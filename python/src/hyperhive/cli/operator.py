@@ -58,7 +58,7 @@ def _records(config: Config) -> Any:
 
     _existing_state(config)
     try:
-        return Records(Store(config.db_path))
+        return Records(Store(config.db_path, create=False))  # never a new one; root may read another's
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
 
