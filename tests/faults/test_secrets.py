@@ -20,6 +20,7 @@ from tests.unit.harness_service import run_cli, running_service, service_env
 
 ACP_KEY = "sk-ant-acpenv-4f1c9e7b2d"  # through HIVE_ACP_ENV
 FILE_KEY = "ghp_envfile_8a3d5c1e9f"  # through the service's environment (an EnvironmentFile), into a header
+CANARY = "canary-7f3e0b"  # said by the agent: the grep must find it, or it proves nothing
 
 
 def grep_everything(state: Path, log: Path, outputs: list[str]) -> dict[str, list[str]]:
@@ -32,7 +33,7 @@ def grep_everything(state: Path, log: Path, outputs: list[str]) -> dict[str, lis
     texts["hyperhive.db .dump"] = dump.stdout
     for i, out in enumerate(outputs):
         texts[f"output {i}"] = out.encode()
-    return {s: [k for k, v in texts.items() if s.encode() in v] for s in (ACP_KEY, FILE_KEY)}
+    return {s: [k for k, v in texts.items() if s.encode() in v] for s in (ACP_KEY, FILE_KEY, CANARY)}
 
 
 def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Record) -> None:
@@ -57,7 +58,7 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
     }
     with running_service(tmp_path, **extra) as service:
         # A normal turn, a JSON-RPC error on the prompt, and an agent that dies mid-turn.
-        for text in ("say:hello", "error", "crash"):
+        for text in (f"say:{CANARY}", "error", "crash"):
             service.cli("send", text)
         service.wait_for("three turns", lambda: service.status()["turns"] >= 3 and service.status()["state"] == "idle")
         outputs = [
@@ -83,6 +84,9 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
         check=False,
     )
     found_bad = [s for s in (ACP_KEY, FILE_KEY) if s in bad.stdout + bad.stderr]
+    canary_seen = found.pop(CANARY)
+    assert any(k.endswith(".jsonl") for k in canary_seen) and "hyperhive.db .dump" in canary_seen, canary_seen
+    assert str(service.log) in canary_seen and len(canary_seen) >= 4, canary_seen
     assert found == {ACP_KEY: [], FILE_KEY: []}, found
     assert bad.returncode == 2 and "HIVE_ACP_ENV" in bad.stderr and not found_bad, bad.stderr
     dirs = {k: m for k, m in modes.items() if (tmp_path / "state" / k).is_dir()}
@@ -97,7 +101,8 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
         "neither key in the log, any state file, the database (.dump), status, tail, outbox or tasks output, "
         "nor the bad-configuration message (exit 2, naming HIVE_ACP_ENV); the agent did get both; every "
         "directory 0700, every file and the socket 0600 or tighter",
-        f"{turns} turns; {len(files)} files and {len(dirs) + 1} directories checked: 0 leaks; modes "
+        f"{turns} turns; {len(files)} files and {len(dirs) + 1} directories checked: 0 leaks (a canary the agent "
+        f"said found in {len(canary_seen)} places); modes "
         + ", ".join(f"{k} {m:04o}" for k, m in sorted(files.items()) if "/" not in k),
     )
 
