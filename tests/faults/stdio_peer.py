@@ -183,6 +183,7 @@ class HostileFrames:
             self.cancel_unknown,
             self.duplicate_ids,
             self.id_reused_in_flight,
+            self.cancel_in_flight,
             self.tool_garbage_arguments,
             self.plain_request,
         ]
@@ -309,6 +310,13 @@ class HostileFrames:
         self.expect(rid, RESULT)
         waiting = {"name": "status", "arguments": {"id": self.task_id, "wait_seconds": 0.3}}
         return self.req(rid, "tools/call", waiting) + self.req(rid, "ping")
+
+    def cancel_in_flight(self) -> bytes:
+        """A request that waits 2 s inline, cancelled at once: a cancelled request gets no answer (MCP)."""
+        rid = self.fresh()
+        waiting = {"name": "status", "arguments": {"id": self.task_id, "wait_seconds": 2}}
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}}
+        return self.req(rid, "tools/call", waiting) + self.line(cancel)
 
     def tool_garbage_arguments(self) -> bytes:
         """Tool arguments no task may come of: each is an isError result naming the problem."""

@@ -83,7 +83,29 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
         "agent",
         check=False,
     )
-    found_bad = [s for s in (ACP_KEY, FILE_KEY) if s in bad.stdout + bad.stderr]
+    # A bad MCP server list whose header holds the expanded key: named, the key not echoed.
+    bad_mcp = tmp_path / "bad-mcp.json"
+    bad_mcp.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "github": {
+                        "type": "http",
+                        "url": "http://127.0.0.1:9/mcp",
+                        "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
+                        "allowedTools": 5,
+                    }
+                }
+            }
+        )
+    )
+    bad_servers = run_cli(
+        service_env(tmp_path, GITHUB_TOKEN=FILE_KEY, HIVE_MCP_SERVERS=str(bad_mcp)), "agent", check=False
+    )
+    assert bad_servers.returncode == 2 and "HIVE_MCP_SERVERS" in bad_servers.stderr, bad_servers.stderr
+    found_bad = [
+        s for s in (ACP_KEY, FILE_KEY) if s in bad.stdout + bad.stderr + bad_servers.stdout + bad_servers.stderr
+    ]
     canary_seen = found.pop(CANARY)
     assert any(k.endswith(".jsonl") for k in canary_seen) and "hyperhive.db .dump" in canary_seen, canary_seen
     assert str(service.log) in canary_seen and len(canary_seen) >= 4, canary_seen
@@ -97,9 +119,9 @@ def test_api_keys_appear_nowhere_the_service_writes(tmp_path: Path, record: Reco
     record(
         "API keys in HIVE_ACP_ENV and in the service's environment (a ${GITHUB_TOKEN} header of an http MCP "
         "server); turns that succeed, fail with a JSON-RPC error and crash the agent; a bad HIVE_ACP_ENV "
-        "holding a key",
+        "holding a key, and a bad HIVE_MCP_SERVERS whose header holds one",
         "neither key in the log, any state file, the database (.dump), status, tail, outbox or tasks output, "
-        "nor the bad-configuration message (exit 2, naming HIVE_ACP_ENV); the agent did get both; every "
+        "nor the bad-configuration messages (exit 2, naming the variable); the agent did get both; every "
         "directory 0700, every file and the socket 0600 or tighter",
         f"{turns} turns; {len(files)} files and {len(dirs) + 1} directories checked: 0 leaks (a canary the agent "
         f"said found in {len(canary_seen)} places); modes "
