@@ -147,3 +147,13 @@ def test_the_permission_policy_is_allow_by_default_and_validated() -> None:
     assert load_config({"HIVE_ACP_PERMISSION_POLICY": "deny"}).acp_permission_policy == "deny"
     with pytest.raises(ConfigError, match="HIVE_ACP_PERMISSION_POLICY: must be 'allow' or 'deny'"):
         load_config({"HIVE_ACP_PERMISSION_POLICY": "sometimes"})
+
+
+def test_a_bad_acp_env_or_args_is_named_without_echoing_its_values() -> None:
+    # The error echoed the raw variable: HIVE_ACP_ENV carries API keys, and the message reaches the journal.
+    secret = "sk-ant-THIS-MUST-NOT-LEAK"
+    for raw in (json.dumps({"ANTHROPIC_API_KEY": secret, "RETRIES": 3}), json.dumps(["--key", secret, 5])):
+        with pytest.raises(ConfigError) as caught:
+            load_config({"HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": "agent", "HIVE_ACP_ENV": raw, "HIVE_ACP_ARGS": raw})
+        assert secret not in str(caught.value)
+        assert {"HIVE_ACP_ENV", "HIVE_ACP_ARGS"} <= set(caught.value.problems)

@@ -10,9 +10,10 @@ import socket
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
-from hyperhive.harness.control import ControlClient, ServiceUnavailable
+from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store import Store
 from tests.unit.bash_client import bash_server
 from tests.unit.harness_service import run_cli, running_service, service_env, start_service
@@ -182,6 +183,26 @@ def test_ready_and_status_reach_systemd_through_notify_socket(tmp_path: Path) ->
             except TimeoutError:
                 pass
             assert any("STOPPING=1" in m for m in rest)
+
+
+@pytest.mark.anyio
+async def test_a_request_the_service_refused_unread_still_gets_its_answer(tmp_path: Path) -> None:
+    # The service answers another user `forbidden` before reading the request, and closes: the client's
+    # send then fails with EPIPE, which ended the operator CLI in a traceback instead of the answer.
+    path = tmp_path / "harness.sock"
+    listener = await anyio.create_unix_listener(path)
+
+    async def refuse(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.send(b'{"ok": false, "kind": "forbidden", "error": "uid 65534 may not use this socket"}\n')
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, refuse)
+        for _ in range(5):
+            with pytest.raises(ControlError, match="may not use this socket") as caught:
+                await ControlClient(path).call("send", body="x" * (4 << 20))  # more than a socket buffer holds
+            assert caught.value.data["kind"] == "forbidden"
+        tg.cancel_scope.cancel()
 
 
 @pytest.mark.anyio

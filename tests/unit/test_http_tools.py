@@ -18,12 +18,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
+from hyperhive.harness import http_tools
 from hyperhive.harness.http_tools import (
     ENDPOINT_FILE,
     HYPERHIVE_SERVER,
@@ -514,6 +516,88 @@ async def test_cancellation_stops_it_while_a_client_stalls_mid_request(state: Pa
         await stalled.aclose()
     assert connect_refused(port)
     assert read_endpoint(state) is None
+
+
+# -- slow and idle clients (slowloris) -------------------------------------------------------------------
+
+
+async def _half_head(port: int) -> anyio.abc.SocketStream:
+    """A connection that sent part of a request's head and then nothing."""
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    await stream.send(b"POST /mcp HTTP/1.1\r\nHo")
+    return stream
+
+
+async def _closed_by_server(stream: anyio.abc.SocketStream) -> bool:
+    try:
+        with anyio.fail_after(5):
+            return await stream.receive() == b""
+    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+        return True
+
+
+async def test_connections_that_never_finish_their_head_do_not_starve_the_agent(state: Path) -> None:
+    # 64 such connections made every tool call a 503 for as long as they stayed open (uvicorn's
+    # limit_concurrency counts them), and each held a file descriptor forever.
+    async with serving(state) as served:
+        idle = [await _half_head(served.port) for _ in range(2 * http_tools.MAX_WAITING + 8)]
+        response = await served.post(tool_call("reminders", {}))
+        oldest_cut = await _closed_by_server(idle[0])
+        for stream in idle:
+            await stream.aclose()
+    assert response.status_code == 200
+    assert oldest_cut  # the oldest waiting connection made room
+
+
+async def test_a_head_that_does_not_arrive_in_time_is_cut(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_tools, "HEAD_TIMEOUT", 0.3)
+    async with serving(state) as served:
+        stream = await _half_head(served.port)
+        await stream.send(b"st: 127.0.0.1\r\n")  # trickling, as slowloris does: no head yet
+        cut = await _closed_by_server(stream)
+        await stream.aclose()
+        after = await served.post(tool_call("reminders", {}))
+    assert cut and after.status_code == 200
+
+
+async def test_a_kept_alive_connection_gets_the_head_deadline_again_after_each_answer(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_tools, "HEAD_TIMEOUT", 0.5)
+    async with serving(state) as served:
+        body = tool_call("reminders", {}).encode()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nAuthorization: Bearer {served.tools.token}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        stream = await anyio.connect_tcp("127.0.0.1", served.port)
+        await stream.send(head + body)
+        with anyio.fail_after(5):
+            first = await stream.receive()
+        await stream.send(head[:10])  # the next request's head, begun and never finished
+        cut = await _closed_by_server(stream)
+        await stream.aclose()
+    assert first.startswith(b"HTTP/1.1 200")
+    assert cut
+
+
+async def test_a_body_that_does_not_arrive_in_time_gets_408(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_tools, "BODY_TIMEOUT", 0.3)
+    async with serving(state) as served:
+        stream = await anyio.connect_tcp("127.0.0.1", served.port)
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nAuthorization: Bearer {served.tools.token}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            "Content-Length: 1000\r\n\r\n{"
+        )
+        await stream.send(head.encode())
+        with anyio.fail_after(5):
+            answer = await stream.receive()
+        await stream.aclose()
+        rows = served.records.outbox()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+    assert rows == []
 
 
 # -- what the service gives agents -----------------------------------------------------------------------

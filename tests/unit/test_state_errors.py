@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +99,7 @@ def test_server_creates_a_missing_state_directory_private(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert stat.S_IMODE((state / "harness" / "bash-tasks").stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "harness").stat().st_mode) == 0o700  # was the umask's 0755
 
 
 def test_bash_tasks_that_is_a_file_is_one_line_and_exit_3(tmp_path: Path) -> None:
@@ -223,3 +226,52 @@ async def test_a_really_full_state_filesystem_leaves_the_engine_up(tmp_path: Pat
                             break
                     await anyio.sleep(0.1)
         store.close()
+
+
+def as_nobody(state: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "hyperhive", *command],
+        env=server_env(state, Path("/")),
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not ROOT, reason="runs the CLI as nobody: needs root")
+@pytest.mark.parametrize("command", [("status",), ("send", "hi"), ("outbox",), ("tail",), ("tasks",)])
+def test_operator_cli_of_another_user_says_whose_state_directory_it_is_in_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # It ended in a PermissionError traceback: stat of hyperhive.db inside the other user's 0700 directory,
+    # or of the directory itself (in load_config) when a parent is closed too.
+    base = Path(tempfile.mkdtemp(prefix="hive-other-user-"))
+    try:
+        base.chmod(0o755)
+        state = base / "state"
+        Store(state / "hyperhive.db").close()
+        assert_one_line_state_error(as_nobody(state, *command), "belongs to uid 0", "run as that user")
+        hidden = tmp_path / "state"  # under pytest's own 0700 directory: not even stat-able
+        Store(hidden / "hyperhive.db").close()
+        assert_one_line_state_error(as_nobody(hidden, *command), "cannot read the state directory", str(hidden))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(not ROOT, reason="chowns a directory to nobody: needs root")
+def test_state_directory_owned_by_another_uid_is_refused_to_the_service_and_readable_by_roots_cli(
+    tmp_path: Path,
+) -> None:
+    # Its owner can write it whatever its mode: the service (or a standalone server) would trust files that
+    # user planted. Root's operator CLI may still read it (a DynamicUser service's state, `sudo hyperhive`).
+    state = tmp_path / "state"
+    Store(state / "hyperhive.db").close()
+    os.chown(state, 65534, 65534)
+    with pytest.raises(StoreError, match="belongs to uid 65534"):
+        Store(state / "hyperhive.db")
+    assert_one_line_state_error(hyperhive(state, tmp_path, "bash-mcp"), "belongs to uid 65534", "chown")
+    listing = hyperhive(state, tmp_path, "tasks")
+    assert listing.returncode == 0, listing.stderr

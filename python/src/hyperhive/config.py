@@ -6,6 +6,7 @@ so an operator fixes a unit file in one pass instead of one restart per mistake.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -69,6 +70,19 @@ class Config:
         return servers.with_bash(env)
 
 
+def _shape(value: object) -> str:
+    """What a JSON value is, naming keys and types but never a value (they may be secrets)."""
+    if isinstance(value, dict):
+        bad = [f"{k} ({type(v).__name__})" for k, v in value.items() if not isinstance(v, str)][:5]
+        return "an object whose values for " + ", ".join(bad) + " are not strings" if bad else "an object"
+    if isinstance(value, list):
+        bad = [f"{i} ({type(v).__name__})" for i, v in enumerate(value) if not isinstance(v, str)][:5]
+        return "an array whose items " + ", ".join(bad) + " are not strings" if bad else "an array"
+    return "a " + {"str": "string", "int": "number", "float": "number", "bool": "boolean"}.get(
+        type(value).__name__, "null"
+    )
+
+
 class _Reader:
     """Reads one variable at a time, remembering every problem instead of stopping at the first."""
 
@@ -90,7 +104,8 @@ class _Reader:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON array of strings like ["acp"]'
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problems[name] = f"expected a JSON array of strings, got {raw!r}"
+            # Never the value itself: arguments and environments carry API keys.
+            self.problems[name] = f"expected a JSON array of strings, got {_shape(value)}"
             return ()
         return tuple(value)
 
@@ -104,7 +119,7 @@ class _Reader:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON object of strings like {{"K": "v"}}'
             return {}
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            self.problems[name] = f"expected a JSON object mapping strings to strings, got {raw!r}"
+            self.problems[name] = f"expected a JSON object mapping strings to strings, got {_shape(value)}"
             return {}
         return value
 
@@ -192,13 +207,17 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
     # is a ':'-separated list (one entry per StateDirectory=), and the first entry is ours.
     state_raw = r.get("HIVE_STATE_DIR") or (r.get("STATE_DIRECTORY") or "").split(":")[0] or ".hyperhive"
     state_dir = Path(state_raw).absolute()
-    if state_dir.exists() and not state_dir.is_dir():
-        r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
+    with contextlib.suppress(PermissionError):  # another user's: the store says so, naming it (exit 3)
+        if state_dir.exists() and not state_dir.is_dir():
+            r.problems["HIVE_STATE_DIR"] = f"{state_dir} exists and is not a directory"
 
     workdir_raw = r.get("HIVE_WORKDIR")
     workdir = Path(workdir_raw).absolute() if workdir_raw else Path.cwd()
-    if not workdir.is_dir():
-        r.problems["HIVE_WORKDIR"] = f"{workdir} is not an existing directory"
+    try:
+        if not workdir.is_dir():
+            r.problems["HIVE_WORKDIR"] = f"{workdir} is not an existing directory"
+    except PermissionError:
+        r.problems["HIVE_WORKDIR"] = f"{workdir} cannot be reached by uid {os.geteuid()} (permission denied)"
 
     idle_timeout = r.seconds("HIVE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT)
     cancel_grace = r.seconds("HIVE_CANCEL_GRACE", DEFAULT_CANCEL_GRACE)

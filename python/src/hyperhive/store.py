@@ -186,7 +186,10 @@ def _task(row: tuple[object, ...]) -> TaskRow:
 def prepare_state_dir(state_dir: Path, *, create: bool = True) -> None:
     """Make `state_dir` private: create it 0700, refuse it if others can write it, close it if too open.
 
-    `create=False` (the operator CLI) refuses a missing directory instead of creating an empty one.
+    `create=True` is for whoever will own the state (the service, the standalone bash server, `turn`): a
+    directory that belongs to another uid is refused too, since its owner can write it. `create=False`
+    (the operator CLI, which root may run against a service's directory) refuses a missing directory
+    instead of creating an empty one, and reads another user's directory when it may.
     """
     try:
         st = os.stat(state_dir)
@@ -210,6 +213,24 @@ def prepare_state_dir(state_dir: Path, *, create: bool = True) -> None:
         ) from exc
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"the state directory {state_dir} is not a directory", path=str(state_dir), problem="type")
+    if not os.access(state_dir, os.R_OK | os.X_OK):
+        # Another user's (the service's) private directory: say whose, instead of a traceback further on.
+        raise StoreError(
+            f"the state directory {state_dir} belongs to uid {st.st_uid} (mode {stat.S_IMODE(st.st_mode):04o}) and "
+            f"this is uid {os.geteuid()}: run as that user, or as root",
+            path=str(state_dir),
+            problem="access",
+            owner=st.st_uid,
+        )
+    if create and st.st_uid != os.geteuid():
+        raise StoreError(
+            f"the state directory {state_dir} belongs to uid {st.st_uid}, not to this service (uid {os.geteuid()}): "
+            f"its owner could plant files there. Run as that user, or `chown {os.geteuid()} {state_dir}` if it is "
+            "meant to be this user's",
+            path=str(state_dir),
+            problem="owner",
+            owner=st.st_uid,
+        )
     private_dir(state_dir, st)
 
 

@@ -36,6 +36,13 @@ def _client(config: Config) -> ControlClient:
 
 def _existing_state(config: Config) -> Path:
     """The state directory, which must exist: an operator command never creates an empty one."""
+    from hyperhive.store import prepare_state_dir
+
+    try:
+        prepare_state_dir(config.state_dir, create=False)  # not ours to read, others can write it
+    except StoreError as exc:
+        if exc.data.get("problem") != "missing":  # missing: said below, with what to do
+            _fail(str(exc), EXIT_STATE)
     if not config.db_path.is_file():
         _fail(
             f"no hyperhive state in {config.state_dir} (no hyperhive.db); start the service with `hyperhive agent` "
@@ -51,7 +58,7 @@ def _records(config: Config) -> Any:
 
     _existing_state(config)
     try:
-        return Records(Store(config.db_path))
+        return Records(Store(config.db_path, create=False))  # never a new one; root may read another's
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
 

@@ -188,14 +188,14 @@ class ControlClient:
     async def call(self, op: str, **params: Any) -> dict[str, Any]:
         stream = await self._connect()
         async with stream:
-            await stream.send(_dump({"op": op, **params}))
+            await _send_request(stream, {"op": op, **params})
             return await _read_answer(BufferedByteReceiveStream(stream), self.path)
 
     async def stream(self, op: str, **params: Any) -> AsyncIterator[dict[str, Any]]:
         """The first answer, then every event, until the service closes the stream."""
         stream = await self._connect()
         async with stream:
-            await stream.send(_dump({"op": op, **params}))
+            await _send_request(stream, {"op": op, **params})
             reader = BufferedByteReceiveStream(stream)
             yield await _read_answer(reader, self.path)
             while True:
@@ -204,6 +204,13 @@ class ControlClient:
                 except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
                     return
                 yield json.loads(line)
+
+
+async def _send_request(stream: SocketStream, request: dict[str, Any]) -> None:
+    """Send one request. The service may answer before reading it (`forbidden` to another user) and close:
+    the send then fails with EPIPE, but the answer is there to read, so it is read instead of a traceback."""
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(_dump(request))
 
 
 async def _read_answer(reader: BufferedByteReceiveStream, path: Path) -> dict[str, Any]:

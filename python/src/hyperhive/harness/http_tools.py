@@ -46,6 +46,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hyperhive.errors import StoreError
 from hyperhive.harness.records import AGENT, Records
@@ -67,6 +68,13 @@ LIST_LIMIT = 100  # reminders() shows at most this many
 EXCERPT_CHARS = 200
 # Shutdown: in-flight requests get this long to finish, then connections are cut.
 STOP_GRACE = 2.0
+# Slow or idle clients (slowloris): a request's head must arrive whole within HEAD_TIMEOUT of the connection
+# (or of the previous answer on it), its body within BODY_TIMEOUT; at most MAX_WAITING connections may wait
+# for a head at once, the oldest being closed to make room. Any local user can connect to the port, token or
+# not: without these, 64 connections that never finished their headers made every tool call a 503, forever.
+HEAD_TIMEOUT = 10.0
+BODY_TIMEOUT = 10.0
+MAX_WAITING = 32
 # Tokens an operator may write themselves: visible ASCII (it travels in a header), not too short to guess.
 _TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{16,1024}")
 
@@ -255,6 +263,7 @@ class HyperhiveTools:
                     server_header=False,
                     date_header=False,
                     ws="none",
+                    http=_guarded_h11(),  # h11 always (never httptools when installed): the guard is written for it
                     limit_concurrency=64,
                     timeout_graceful_shutdown=int(STOP_GRACE),
                 )
@@ -464,17 +473,21 @@ class _PostOnly:
         chunks: list[bytes] = []
         size = 0
         more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _plain(send, 413, f"request body larger than {self.limit} bytes\n")
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        with anyio.move_on_after(BODY_TIMEOUT):
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":  # the client went away
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.limit:
+                    await _plain(send, 413, f"request body larger than {self.limit} bytes\n")
+                    return
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        if more:
+            await _plain(send, 408, f"the request body did not arrive within {BODY_TIMEOUT:g} s\n")
+            return
         body = b"".join(chunks)
         problem = _not_json(body)
         if problem is not None:
@@ -552,6 +565,60 @@ def _loopback_listener() -> socket.socket:
         raise HttpToolsError(f"cannot listen on 127.0.0.1 for hyperhive's tools: {exc.strerror}") from exc
     sock.set_inheritable(False)
     return sock
+
+
+def _guarded_h11() -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline on every request's head and a bound on connections waiting
+    for one (HEAD_TIMEOUT, MAX_WAITING). uvicorn itself times out only idle keep-alive connections after an
+    answer, and stops doing so at the first byte of the next request: a client sending its head slowly, or not
+    at all, held its connection (and a file descriptor) forever, and 64 of them made every request a 503.
+
+    One class per server: `waiting` (connection → when it began waiting) belongs to that server's loop.
+    """
+    waiting: dict[Any, float] = {}  # Guarded → when it began waiting
+
+    class Guarded(H11Protocol):
+        _head_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._wait_for_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._head_arrived()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._head_arrived()  # a request is being served: its body has its own deadline (_PostOnly)
+
+        def on_response_complete(self) -> None:
+            # Before the parent's: it may start a pipelined request at once, which must find the clock set.
+            if not self.transport.is_closing():
+                self._wait_for_head()
+            super().on_response_complete()
+
+        def _wait_for_head(self) -> None:
+            self._head_arrived()
+            while len(waiting) >= MAX_WAITING:
+                oldest = min(waiting, key=waiting.__getitem__)
+                oldest._close_waiting()
+            waiting[self] = self.loop.time()
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._close_waiting)
+
+        def _head_arrived(self) -> None:
+            waiting.pop(self, None)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _close_waiting(self) -> None:
+            self._head_arrived()
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return Guarded
 
 
 class _QuietServer(uvicorn.Server):

@@ -272,7 +272,9 @@ class TaskEngine:
     def _prepare_tasks_dir(self) -> None:
         """`harness/bash-tasks`, 0700; a clear StoreError if it cannot be (say it is a file)."""
         try:
-            self.tasks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Its parent (`harness/`) too: pathlib gives the parents it makes the umask's mode (0755).
+            self.tasks_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.tasks_dir.mkdir(mode=0o700, exist_ok=True)
         except FileExistsError:
             raise StoreError(f"{self.tasks_dir} exists and is not a directory", path=str(self.tasks_dir)) from None
         except OSError as exc:
