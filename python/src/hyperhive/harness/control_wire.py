@@ -113,7 +113,10 @@ class ControlCall:
                 if self.cancelled:  # cancelled while connecting: its shutdown found nothing to shut
                     raise CallCancelled("cancelled before it was sent")
             try:
-                sock.sendall(self.request)
+                # The service may answer before reading (`forbidden` to another user) and close: the send
+                # then fails with EPIPE, but the answer is there to read.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    sock.sendall(self.request)
                 line = self._read_line(sock)
             except OSError as exc:
                 raise self._cancelled_or(
