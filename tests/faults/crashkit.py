@@ -18,6 +18,7 @@ written by tests/faults/crash_claude.py or crash_agent.py before they act on a p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -145,7 +146,8 @@ class BashServer:
                 self.answers.append(json.loads(line))
 
     def call(self, call_id: int, tool: str, **arguments: Any) -> None:
-        self._send({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+        params = {"name": tool, "arguments": arguments}
+        self._send({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params})
 
     def answer(self, call_id: int, within: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + within
@@ -160,10 +162,8 @@ class BashServer:
 
     def close(self) -> None:
         if self.proc.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-            except OSError:
-                pass
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -353,7 +353,7 @@ class Scenario:
         self._threads.clear()
         for token, proc in self._clis:
             try:
-                out, err = proc.communicate(timeout=30)
+                _, err = proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
@@ -487,7 +487,8 @@ class Scenario:
             later = [t for t in seen.get(row["id"], []) if t > row["ended_at"]]
             if later:
                 self.violation(
-                    f"wake {row['id']} reached the agent {len(later)} more time(s) after turn {row['turn_id']} was answered"
+                    f"wake {row['id']} reached the agent {len(later)} more time(s)"
+                    f" after turn {row['turn_id']} was answered"
                 )
 
     def settle(self, proc: subprocess.Popen[bytes], within: float = 60.0) -> None:

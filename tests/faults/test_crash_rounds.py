@@ -13,18 +13,15 @@ not identical).
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from tests.faults.conftest import Record, soak
-from tests.faults.crashkit import Scenario, Stats, acp_env, claude_env, seed_from_env
-
-import random
+from tests.faults.crashkit import Scenario, Stats, claude_env, seed_from_env
 
 
 def _rounds(sc: Scenario, rounds: int, actions: list[Callable[[Scenario], None]], *, window: float) -> None:
