@@ -90,8 +90,10 @@ class Records:
 
     # -- wakes ---------------------------------------------------------------------------------------
 
-    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
-        return self.store.add_wake(source, body, not_before=not_before)
+    def add_wake(
+        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
+    ) -> WakeRow:
+        return self.store.add_wake(source, body, not_before=not_before, request_id=request_id)
 
     def waiting_wakes(self, *, now: float | None = None, limit: int = 1000) -> list[WakeRow]:
         return self.store.pending_wakes(now=now)[:limit]

@@ -59,8 +59,10 @@ class WakeStore(Store):
         if kwargs.get("wake") is not None:
             self.doorbell.ring()
 
-    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
-        row = super().add_wake(source, body, not_before=not_before)
+    def add_wake(
+        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
+    ) -> WakeRow:
+        row = super().add_wake(source, body, not_before=not_before, request_id=request_id)
         self.doorbell.ring()
         return row
 
@@ -111,7 +113,11 @@ class Service:
                 raise RequestRefused("bad_request", f"the message is over {MAX_WAKE_BODY} bytes; send a file path")
             if not isinstance(source, str) or not source.strip() or len(source) > 200:
                 raise RequestRefused("bad_request", "`from` must be a short non-empty name")
-            wake = self.records.add_wake(source, _clean(body))
+            # The client's id for this request: a send retried after a lost answer stores its wake once.
+            request_id = req.get("request_id")
+            if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
+                raise RequestRefused("bad_request", "`request_id` must be a string of 1 to 200 characters")
+            wake = self.records.add_wake(source, _clean(body), request_id=request_id)
             self.doorbell.ring()
             return Reply({"wake_id": wake.id})
 
