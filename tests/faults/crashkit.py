@@ -262,13 +262,18 @@ class Scenario:
     def mark(self) -> str:
         return f"{self.run_id}-r{self.round}-{uuid.uuid4().hex[:4]}"
 
-    def task_cmd(self, token: str, seconds: float) -> str:
-        return f"export CRASH_MARK={self.mark()}; echo {token}; sleep {seconds:.2f}"
+    def task_cmd(self, token: str, seconds: float, *, escape: bool = False) -> str:
+        """A task's command: it exports its CRASH_MARK (its children inherit it), and with `escape` starts a
+        child that leaves its process group (`setsid`): only a cgroup reaches that one."""
+        escapee = f"setsid sleep {seconds:.2f} & " if escape else ""
+        return f"export CRASH_MARK={self.mark()}; echo {token}; {escapee}sleep {seconds:.2f}"
 
-    def send_cli(self, sleep: float) -> None:
-        """`hyperhive send` in the background: it may race the kill (then it must store the wake itself)."""
+    def send_cli(self, sleep: float = 0.0, text: str = "{token}") -> None:
+        """`hyperhive send` in the background: it may race the kill (then it must store the wake itself).
+
+        `text` is the message with `{token}` in it (for the demo agent: `run: CMD`, `remind 1s: …`)."""
         token = self.token("cli")
-        body = f"{token} [[sleep:{sleep:g}]]" if sleep else token
+        body = text.format(token=token) + (f" [[sleep:{sleep:g}]]" if sleep else "")
         proc = subprocess.Popen(
             [sys.executable, "-m", "hyperhive", "send", body],
             env=self.env,
@@ -300,10 +305,10 @@ class Scenario:
         else:
             self.violation(f"send refused: {answer}")
 
-    def task_socket(self, seconds: float) -> None:
+    def task_socket(self, seconds: float, *, escape: bool = False) -> None:
         """A task started over op `tool` (what the forwarding bash server sends)."""
         token = self.token("task")
-        arguments = {"cmd": self.task_cmd(token, seconds), "wait_seconds": 0}
+        arguments = {"cmd": self.task_cmd(token, seconds, escape=escape), "wait_seconds": 0}
         self.background(lambda: control(self.state, "tool", name="run", arguments=arguments) and None)
         self.stats.tasks += 1
 
@@ -493,6 +498,12 @@ class Scenario:
 
     def settle(self, proc: subprocess.Popen[bytes], within: float = 60.0) -> None:
         """Let a service run without kills until every task is final and no wake is waiting or scheduled."""
+        self._settle(lambda: proc.poll() is None, within)
+
+    def settle_systemd(self, pid: int, within: float = 90.0) -> None:
+        self._settle(lambda: alive(pid), within)
+
+    def _settle(self, running: Callable[[], bool], within: float) -> None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             with self.db() as db:
@@ -504,8 +515,9 @@ class Scenario:
                 (turning,) = db.execute("SELECT COUNT(*) FROM turns WHERE outcome = 'running'").fetchone()
             if not busy and not waiting and not turning:
                 return
-            if proc.poll() is not None:
-                raise AssertionError(f"the service exited ({proc.returncode}) while settling:\n{self.log_tail()}")
+            if not running():
+                self.violation("the service exited while settling")
+                return
             time.sleep(0.1)
         self.violation(f"not settled within {within:g} s: {busy} task(s) running, {waiting} wake(s) waiting")
 
