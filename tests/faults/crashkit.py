@@ -442,8 +442,14 @@ class Scenario:
             time.sleep(0.05)
             left = {p for p in left if alive(p)}
         for pid in sorted(left):
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
-            self.violation(f"agent process {pid} ({cmd!r}) outlived its service")
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200].decode(errors="replace")
+                ppid = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1]
+            except OSError:
+                continue
+            self.violation(
+                f"agent process {pid} (parent {ppid}, {cmd}) outlived its service; live service {service_pid}"
+            )
 
     @staticmethod
     def current_agent_pids(service_pid: int) -> set[int]:

@@ -33,6 +33,7 @@ from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
 from hyperhive.mcp_servers import McpServers
+from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store import Store, WakeRow, prepare_state_dir
@@ -181,6 +182,11 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         records = LiveRecords(store, feed)
         if (n := records.interrupt_running_turns()) > 0:
             log.warning("%d turn(s) were still running when the service last stopped; their wakes are carried again", n)
+        # A predecessor killed with no cleanup may have left its agent (or a claude turn) running: end it,
+        # then record our own children the same way (procs/registry.py).
+        children = state / "harness" / "children"
+        await end_leftovers(children)
+        record_children_in(children)
         # Processes the service starts (the agent, its bash servers, tasks) find the service here.
         os.environ["HIVE_SOCKET"] = str(socket_path)
         transcript = TranscriptSink(config.transcripts_dir)
@@ -197,6 +203,7 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
                     policy=policy,
                 )
         finally:
+            record_children_in(None)
             transcript.close()
             store.close()
             engine_store.close()
