@@ -532,8 +532,10 @@ class Scenario:
         seen = self.prompts_by_wake()
         with self.db() as db:
             wakes = db.execute("SELECT * FROM wakes").fetchall()
+            notices = [r[0] for r in db.execute("SELECT body FROM outbox WHERE source = 'harness'").fetchall()]
             self.stats.turns = db.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
             self.stats.tasks = db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
+        noticed = {int(i) for body in notices for i in re.findall(r"\d+", body.partition(" set aside")[0])}
         self.stats.wakes = len(wakes)
         by_token: dict[tuple[str, str], list[sqlite3.Row]] = {}
         for w in wakes:
@@ -553,6 +555,8 @@ class Scenario:
             reached = bool(seen.get(w["id"]))
             if w["set_aside_at"] is not None:
                 self.stats.set_aside += 1
+                if w["id"] not in noticed:
+                    self.violation(f"wake {w['id']} was set aside without an outbox notice")
                 if not reached:
                     self.violation(
                         f"wake {w['id']} from {w['source']} was set aside ({w['set_aside_reason']})"

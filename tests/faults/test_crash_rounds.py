@@ -48,7 +48,7 @@ def _rounds(sc: Scenario, rounds: int, actions: list[Callable[[Scenario], None]]
             # is being spawned, a wake is stored), bounded by that instant all the same.
             mode = rng.choice(["time", "time", "turn", "task", "wake"])
             kill_at = rng.uniform(0.0, window)
-            plan = sorted((rng.uniform(0.0, window), rng.choice(actions)) for _ in range(rng.randint(1, 5)))
+            plan = sorted((rng.uniform(0.0, window), rng.choice(actions)) for _ in range(rng.randint(2, 6)))
             if mode in FIRST:  # the event the kill waits for, first thing
                 plan.insert(0, (0.0, rng.choice(FIRST[mode])))
             sc.stats.modes[mode] = sc.stats.modes.get(mode, 0) + 1
@@ -101,7 +101,8 @@ def _wait(sc: Scenario, db: object, mode: str, base: tuple[int, int, int], until
 def _report(seed: int, stats: Stats) -> str:
     return (
         f"seed {seed}: {stats.rounds} rounds ({stats.startup_kills} killed while starting), {stats.checks} checks,"
-        f" {len(stats.violations)} violations; {stats.wakes} wakes ({stats.set_aside} set aside),"
+        f" {len(stats.violations)} violations; {stats.wakes} wakes ({stats.set_aside} set aside after 3 cut turns,"
+        " each seen by the agent and noticed in the outbox),"
         f" {stats.turns} turns, {stats.tasks} tasks, {stats.sends} sends, {stats.reminders} reminders;"
         f" kills by {stats.modes}"
     )
