@@ -1,8 +1,9 @@
 """A turn costs its wakes an attempt only once the agent starts on it: crashes before that lose no wake.
 
-Found by the crash rounds (tests/faults/test_crash_rounds.py): the attempt was counted when the turn row was
-written, so a service killed three times while the agent was still starting (a restart loop, a watchdog,
-an operator's kill) set the waiting operator messages aside, with a notice, before any agent had seen them.
+Seen while building the crash rounds (tests/faults/test_crash_rounds.py, whose `turn` kills land in this
+window): the attempt was counted when the turn row was written, so a service killed three times while the
+agent was still starting (a restart loop, a watchdog, an operator's kill) set the waiting operator messages
+aside, with a notice, before any agent had seen them.
 What a `kill -9` leaves is whatever the store holds at that instant: these tests read it mid-turn.
 """
 
