@@ -114,6 +114,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tasks ADD COLUMN cpu_usec INTEGER;
     ALTER TABLE tasks ADD COLUMN memory_peak INTEGER;
     """,
+    # 5: the client's id for a `send`, so that a send retried after a lost answer (the service killed
+    # between storing the wake and answering; the CLI then stores it itself) stores it once, not twice.
+    """
+    ALTER TABLE wakes ADD COLUMN request_id TEXT;
+    CREATE UNIQUE INDEX wakes_request_id ON wakes(request_id) WHERE request_id IS NOT NULL;
+    """,
 )
 # The tables migration 1 creates: a version-0 database holding any other table is not ours.
 _OWN_TABLES = frozenset({"tasks", "wakes", "sessions", "sqlite_sequence"})
@@ -166,6 +172,8 @@ class WakeRow:
     set_aside_reason: str | None = None
     cancelled_at: float | None = None
     turn_id: int | None = None
+    # The sender's id for the request that stored it (`hyperhive send`): one wake per request id.
+    request_id: str | None = None
 
 
 _TASK_COLUMNS = ", ".join(TaskRow.__dataclass_fields__)
@@ -521,17 +529,27 @@ class Store:
     # -- wakes ---------------------------------------------------------------------------------------
 
     @staticmethod
-    def _insert_wake(db: sqlite3.Connection, source: str, body: str, now: float, not_before: float) -> int:
+    def _insert_wake(
+        db: sqlite3.Connection, source: str, body: str, now: float, not_before: float, *, request_id: str | None = None
+    ) -> int:
         cur = db.execute(
-            "INSERT INTO wakes (source, body, created_at, not_before) VALUES (?, ?, ?, ?)",
-            (source, body, now, not_before),
+            "INSERT INTO wakes (source, body, created_at, not_before, request_id) VALUES (?, ?, ?, ?, ?)",
+            (source, body, now, not_before, request_id),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
+    def add_wake(
+        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
+    ) -> WakeRow:
+        """Store a wake. With `request_id`, idempotent: a wake already stored under it is returned instead."""
         now = time.time()
-        wake_id = self._insert_wake(self._db, source, body, now, now if not_before is None else not_before)
+        due = now if not_before is None else not_before
+        if request_id is None:
+            return self.get_wake(self._insert_wake(self._db, source, body, now, due))
+        with self.transaction() as db:
+            found = db.execute("SELECT id FROM wakes WHERE request_id = ?", (request_id,)).fetchall()
+            wake_id = found[0][0] if found else self._insert_wake(db, source, body, now, due, request_id=request_id)
         return self.get_wake(wake_id)
 
     def get_wake(self, wake_id: int) -> WakeRow:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -83,11 +84,14 @@ def send(text: str | None, source: str) -> None:
     if not text.strip():
         _fail("nothing to send: the message is empty")
     config = config_or_exit()
+    # One id for this request, on the socket and in the fallback: if the service stored the wake and died
+    # before answering, storing it here finds it instead of storing it twice.
+    request_id = uuid.uuid4().hex
     try:
-        answer = anyio.run(lambda: _client(config).call("send", body=text, **{"from": source}))
+        answer = anyio.run(lambda: _client(config).call("send", body=text, request_id=request_id, **{"from": source}))
     except ServiceUnavailable:
         records = _records(config)
-        wake = records.add_wake(source, text)
+        wake = records.add_wake(source, text, request_id=request_id)
         click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
         return
     except ControlError as exc:

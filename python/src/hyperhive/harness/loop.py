@@ -5,7 +5,10 @@ Guarantees (docs/architecture.md, "The turn loop"):
   crashed turn leaves it waiting, so it is carried again;
 - every turn that carries a wake counts as an attempt; a wake whose attempts reach `max_attempts` is set
   aside (an outbox notice and a log line say so) instead of being retried forever: a wake that crashes the
-  service itself is caught the same way, since the attempt is counted when the turn starts;
+  service itself is caught the same way, since the attempt is counted as soon as the agent starts on the
+  prompt (the turn's first line), before anything the agent does can hurt; a service killed before that
+  (while the agent was still starting) costs the wakes nothing, so crashes that are not theirs never set
+  an operator's message aside unseen; a turn that fails before its first line still counts;
 - consecutive failures back off exponentially (capped); a success resets the backoff;
 - idle, the loop sleeps on the doorbell (or until the next timer is due): no polling, no CPU;
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
@@ -28,7 +31,7 @@ from hyperhive.harness.records import Records, TurnEnd
 from hyperhive.runtime import Runtime
 from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
-from hyperhive.runtime.stream import ResultLine
+from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
 
 log = logging.getLogger("hyperhive.harness")
@@ -128,7 +131,8 @@ class TurnLoop:
                 "wakes": [{"id": i, "from": sources.get(i)} for i in prompt.wake_ids],
             }
         )
-        sink: Sink = TeeSink(self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
+        engaged = _Engaged(self.records, prompt.wake_ids)
+        sink: Sink = TeeSink(engaged, self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
         started = time.monotonic()
         end: TurnEnd
         try:
@@ -144,7 +148,7 @@ class TurnLoop:
                 turn_id,
                 TurnEnd("interrupted", error="the service stopped during the turn"),
                 deliver=[],
-                refund=prompt.wake_ids if self._stopping else [],
+                refund=prompt.wake_ids if self._stopping and engaged.counted else [],
             )
             self.current_turn = None
             raise
@@ -152,9 +156,11 @@ class TurnLoop:
             cancelled = result.stop_reason == "cancelled"
             end = _end_from(result, "cancelled" if cancelled else "answered", started)
         answered = end.outcome == "answered"
-        # A turn we cut short to stop the service was not the wake's fault: the attempt is given back.
-        refund = prompt.wake_ids if self._stopping and not answered else []
-        self.records.end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund)
+        # A turn we cut short to stop the service was not the wake's fault: the attempt is given back. One
+        # that failed before the agent started on it still costs one (an agent that never starts).
+        refund = prompt.wake_ids if self._stopping and not answered and engaged.counted else []
+        attempt = prompt.wake_ids if not engaged.counted and not self._stopping and not answered else []
+        self.records.end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
         self.current_turn = None
         log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
         self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
@@ -193,6 +199,20 @@ class TurnLoop:
             await self.runtime.archive()
         except TurnError as exc:
             log.warning("compacting failed: %s", exc.message)
+
+
+class _Engaged:
+    """A sink that counts the turn as an attempt for its wakes at its first line: the agent is up and on it."""
+
+    def __init__(self, records: Records, wake_ids: list[int]) -> None:
+        self.records = records
+        self.wake_ids = wake_ids
+        self.counted = False
+
+    async def emit(self, line: StreamLine) -> None:
+        if not self.counted:
+            self.counted = True
+            self.records.attempt(self.wake_ids)
 
 
 def _end_from(result: ResultLine | None, outcome: str, started: float) -> TurnEnd:

@@ -90,8 +90,10 @@ class Records:
 
     # -- wakes ---------------------------------------------------------------------------------------
 
-    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
-        return self.store.add_wake(source, body, not_before=not_before)
+    def add_wake(
+        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
+    ) -> WakeRow:
+        return self.store.add_wake(source, body, not_before=not_before, request_id=request_id)
 
     def waiting_wakes(self, *, now: float | None = None, limit: int = 1000) -> list[WakeRow]:
         return self.store.pending_wakes(now=now)[:limit]
@@ -152,20 +154,32 @@ class Records:
     # -- turns ---------------------------------------------------------------------------------------
 
     def begin_turn(self, wake_ids: list[int], prompt_chars: int) -> int:
-        """Record a turn's start and count it as an attempt for each wake it carries."""
-        now = time.time()
-        with self.store.transaction() as db:
-            cur = db.execute(
-                "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome) VALUES (?, ?, ?, 'running')",
-                (now, json.dumps(wake_ids), prompt_chars),
-            )
-            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in wake_ids])
+        """Record a turn's start. It costs its wakes an attempt only once the agent starts on it (`attempt`):
+        a service killed before that (say while the agent was still starting) was not the wakes' fault."""
+        cur = self.db.execute(
+            "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome) VALUES (?, ?, ?, 'running')",
+            (time.time(), json.dumps(wake_ids), prompt_chars),
+        )
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def end_turn(self, turn_id: int, end: TurnEnd, *, deliver: list[int], refund: Sequence[int] = ()) -> None:
-        """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction, and
-        those in `refund` get back the attempt the turn cost them (a turn the service itself cut short)."""
+    def attempt(self, wake_ids: Sequence[int]) -> None:
+        """Count an attempt for each of these wakes (one transaction)."""
+        with self.store.transaction() as db:
+            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in wake_ids])
+
+    def end_turn(
+        self,
+        turn_id: int,
+        end: TurnEnd,
+        *,
+        deliver: list[int],
+        refund: Sequence[int] = (),
+        attempt: Sequence[int] = (),
+    ) -> None:
+        """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction, those
+        in `refund` get back the attempt the turn cost them (a turn the service itself cut short), and those
+        in `attempt` are charged one (a turn that failed before the agent started on it)."""
         now = time.time()
         result = end.result[:RESULT_CHARS] if end.result is not None else None
         with self.store.transaction() as db:
@@ -191,6 +205,7 @@ class Records:
                 [(now, turn_id, i) for i in deliver],
             )
             db.executemany("UPDATE wakes SET attempts = MAX(0, attempts - 1) WHERE id = ?", [(i,) for i in refund])
+            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in attempt])
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""

@@ -33,6 +33,7 @@ from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
 from hyperhive.mcp_servers import McpServers
+from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store import Store, WakeRow, prepare_state_dir
@@ -59,8 +60,10 @@ class WakeStore(Store):
         if kwargs.get("wake") is not None:
             self.doorbell.ring()
 
-    def add_wake(self, source: str, body: str, *, not_before: float | None = None) -> WakeRow:
-        row = super().add_wake(source, body, not_before=not_before)
+    def add_wake(
+        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
+    ) -> WakeRow:
+        row = super().add_wake(source, body, not_before=not_before, request_id=request_id)
         self.doorbell.ring()
         return row
 
@@ -111,7 +114,11 @@ class Service:
                 raise RequestRefused("bad_request", f"the message is over {MAX_WAKE_BODY} bytes; send a file path")
             if not isinstance(source, str) or not source.strip() or len(source) > 200:
                 raise RequestRefused("bad_request", "`from` must be a short non-empty name")
-            wake = self.records.add_wake(source, _clean(body))
+            # The client's id for this request: a send retried after a lost answer stores its wake once.
+            request_id = req.get("request_id")
+            if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
+                raise RequestRefused("bad_request", "`request_id` must be a string of 1 to 200 characters")
+            wake = self.records.add_wake(source, _clean(body), request_id=request_id)
             self.doorbell.ring()
             return Reply({"wake_id": wake.id})
 
@@ -175,6 +182,11 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         records = LiveRecords(store, feed)
         if (n := records.interrupt_running_turns()) > 0:
             log.warning("%d turn(s) were still running when the service last stopped; their wakes are carried again", n)
+        # A predecessor killed with no cleanup may have left its agent (or a claude turn) running: end it,
+        # then record our own children the same way (procs/registry.py).
+        children = state / "harness" / "children"
+        await end_leftovers(children)
+        record_children_in(children)
         # Processes the service starts (the agent, its bash servers, tasks) find the service here.
         os.environ["HIVE_SOCKET"] = str(socket_path)
         transcript = TranscriptSink(config.transcripts_dir)
@@ -191,6 +203,7 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
                     policy=policy,
                 )
         finally:
+            record_children_in(None)
             transcript.close()
             store.close()
             engine_store.close()

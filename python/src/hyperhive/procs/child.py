@@ -36,6 +36,7 @@ from typing import Literal
 
 import anyio
 
+from hyperhive.procs import registry
 from hyperhive.procs.group import group_alive, signal_group, terminate_group
 from hyperhive.procs.pipes import FdReceiveStream, FdSendStream
 
@@ -214,6 +215,7 @@ class Child:
             leftover_grace=leftover_grace,
             tail_bytes=tail_bytes,
         )
+        registry.remember(child.pid, child.label)  # for the next start, should this process be killed
         if child._watch.polling:
             log.warning("%s (pid %d): pidfd_open failed, so its exit is polled", child.label, child.pid)
         return child
@@ -362,6 +364,7 @@ class Child:
         Idempotent, shielded, bounded."""
         with anyio.CancelScope(shield=True):
             await self.kill()
+            registry.forget(self.pid)
             with anyio.move_on_after(1.0):
                 await self.stderr_done.wait()
             for stream in (self.stdin, self.stdout, self.stderr):

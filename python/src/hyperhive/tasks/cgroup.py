@@ -94,8 +94,9 @@ class Cgroups:
             return None
         return path
 
-    def spawn_argv(self, path: Path, cmd: str) -> list[str]:
-        return ["/bin/sh", "-c", _PLACE, str(path / "cgroup.procs"), cmd]
+    def spawn_argv(self, path: Path, cmd: str, *, gate: str = "") -> list[str]:
+        """The leader's argv: `gate` (shell text run first, see the engine's start gate), join, exec."""
+        return ["/bin/sh", "-c", gate + _PLACE, str(path / "cgroup.procs"), cmd]
 
     def stale(self) -> list[tuple[int, Path]]:
         """Every `task-<id>` cgroup under the parent."""

@@ -24,6 +24,7 @@ left pending or running, and kills its groups.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -130,6 +131,20 @@ class _Leftover:
 
     pgid: int
     cgroup: Path | None
+
+
+# The start gate: a task's leader reads one line from its stdin (a pipe) before anything else, then takes
+# /dev/null as its stdin and becomes the task's shell (same pid). The engine writes the line only once the
+# task's pid is in the store; if the engine dies before that (kill -9 between spawn and record), the pipe
+# closes and the leader exits 125 without running a thing: no task process can run unrecorded, out of
+# reach of the next engine's recovery.
+_GATE = "read -r _hive_go || exit 125; exec </dev/null; "
+
+
+def _release(go: int) -> None:
+    """Let a gated task run (see `_GATE`)."""
+    with contextlib.suppress(OSError):  # the leader is already gone (killed): nothing to release
+        os.write(go, b"go\n")
 
 
 def check_wait(value: object, name: str = "wait_seconds") -> float:
@@ -622,8 +637,9 @@ class TaskEngine:
     async def _spawn(self, row: TaskRow) -> _Live | None:
         """Start the process; on failure record the task as ended, with its wake, and return None."""
         path = self._cgroups.create(row.id) if self._cgroups is not None else None
+        go = -1
         try:
-            proc = self._popen(row, path)
+            proc, go = self._popen(row, path)
         except OSError as exc:
             if path is not None:
                 cgroup_mod.remove(path)
@@ -631,35 +647,43 @@ class TaskEngine:
             if not await self._write_end(end, give_up_after=0):
                 self._require_started().start_soon(self._write_end, end)
             return None
-        started = time.time()
-        pid_start = process_start(proc.pid) or "?"
-        running = replace(row, status="running", pid=proc.pid, pid_start=pid_start, started_at=started)
-        live = _Live(row.id, proc.pid, proc, running, timeout=row.timeout_secs, cgroup=path)
-        self._live[row.id] = live
         try:
-            await self._db(self.store.mark_running, row.id, proc.pid, pid_start, started)
-        except StoreUnavailable as exc:
-            # Answered from memory; the end's write fills in pid and start (a restart cannot find this
-            # group to kill it until then: logged).
-            log.warning("task %d started but recording it failed: %s", row.id, exc)
-            self._unwritten[row.id] = running
+            started = time.time()
+            pid_start = process_start(proc.pid) or "?"
+            running = replace(row, status="running", pid=proc.pid, pid_start=pid_start, started_at=started)
+            live = _Live(row.id, proc.pid, proc, running, timeout=row.timeout_secs, cgroup=path)
+            self._live[row.id] = live
+            try:
+                await self._db(self.store.mark_running, row.id, proc.pid, pid_start, started)
+            except StoreUnavailable as exc:
+                # Answered from memory; the end's write fills in pid and start (a restart cannot find this
+                # group to kill it until then: logged).
+                log.warning("task %d started but recording it failed: %s", row.id, exc)
+                self._unwritten[row.id] = running
+            _release(go)
+        finally:
+            # Closed without the go (cancelled, or this process killed before here): the leader sees EOF and
+            # exits 125 without running the command.
+            os.close(go)
         return live
 
-    def _popen(self, row: TaskRow, path: Path | None) -> subprocess.Popen[bytes]:
-        """`sh -c CMD` leading a new session (and group), in its cgroup from the first instruction."""
+    def _popen(self, row: TaskRow, path: Path | None) -> tuple[subprocess.Popen[bytes], int]:
+        """`sh -c CMD` leading a new session (and group), in its cgroup from the first instruction, held at
+        the start gate: returns the process and the gate's write end (see `_release`)."""
         argv = (
-            ["/bin/sh", "-c", row.cmd]
+            ["/bin/sh", "-c", _GATE + 'exec /bin/sh -c "$0"', row.cmd]
             if path is None or self._cgroups is None
-            else self._cgroups.spawn_argv(path, row.cmd)
+            else self._cgroups.spawn_argv(path, row.cmd, gate=_GATE)
         )
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        out = err = -1
+        out = err = gate = go = -1
         try:
+            gate, go = os.pipe()  # both close-on-exec: no other child inherits the write end
             out = os.open(self.out_path(row.id), flags, 0o600)
             err = os.open(self.err_path(row.id), flags, 0o600)
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=gate,
                 stdout=out,
                 stderr=err,
                 cwd=row.cwd,
@@ -667,10 +691,15 @@ class TaskEngine:
                 start_new_session=True,
                 close_fds=True,
             )
+        except BaseException:
+            if go >= 0:
+                os.close(go)
+            raise
         finally:
-            for fd in (out, err):
+            for fd in (out, err, gate):
                 if fd >= 0:
                     os.close(fd)
+        return proc, go
 
     async def _supervise(self, live: _Live) -> None:
         try:
