@@ -112,6 +112,18 @@ async def test_a_failing_service_is_a_tool_error_for_that_call_only(service: Fak
             assert (await client.recv())["result"]["structuredContent"] == {"args": {"a": 1}}
 
 
+async def test_a_service_that_hangs_up_unanswered_is_never_said_to_have_started_nothing(service: FakeService) -> None:
+    """The request reached the service, which may have started the task before it died: the agent is
+    told to look with list(), not that nothing was started (found by the crash rounds)."""
+    specs = [ToolSpec("boom", "", {"type": "object"})]
+    async with serving(ForwardingServer(str(service.path), tools=specs)) as client:
+        await client.call(1, "boom")
+        with anyio.fail_after(10):
+            text = (await client.recv())["result"]["content"][0]["text"]
+    assert "none was started" not in text
+    assert "may have taken effect" in text and "list()" in text
+
+
 async def test_an_answer_that_cannot_be_sent_as_json_is_an_internal_error_for_that_call_only(
     service: FakeService,
 ) -> None:

@@ -57,7 +57,13 @@ from hyperhive.bash_mcp.protocol import (
     too_large,
 )
 from hyperhive.bash_mcp.tools import INSTRUCTIONS, SPECS
-from hyperhive.harness.control_wire import CallCancelled, ControlCall, ControlError, ServiceUnavailable
+from hyperhive.harness.control_wire import (
+    AnswerLost,
+    CallCancelled,
+    ControlCall,
+    ControlError,
+    ServiceUnavailable,
+)
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
 if TYPE_CHECKING:
@@ -215,6 +221,14 @@ class ForwardingServer:
             answer = call.result()
         except CallCancelled:
             return None
+        except AnswerLost as exc:
+            result = ToolResult(
+                clip(
+                    f"{exc.message}. The call may have taken effect before that (a task may have started): "
+                    "once the service is back, list() shows what runs."
+                ),
+                is_error=True,
+            )
         except ServiceUnavailable as exc:
             result = ToolResult(
                 clip(

@@ -37,6 +37,11 @@ class ServiceUnavailable(HyperhiveError):
     """Nothing answers on the control socket: the service is not running (or not ours to reach)."""
 
 
+class AnswerLost(ServiceUnavailable):
+    """The request was sent but no answer came (the service stopped or failed meanwhile): it may have
+    taken effect, so a caller must not say it did not."""
+
+
 class ControlError(HyperhiveError):
     """The service answered `ok: false`: `kind` says what went wrong, the message says how to fix it."""
 
@@ -61,8 +66,8 @@ def unavailable(path: str | os.PathLike[str], exc: OSError) -> ServiceUnavailabl
     return ServiceUnavailable(f"cannot reach the hyperhive service at {path}: {exc}", path=str(path))
 
 
-def closed_early(path: str | os.PathLike[str]) -> ServiceUnavailable:
-    return ServiceUnavailable(f"the hyperhive service at {path} closed the connection without answering")
+def closed_early(path: str | os.PathLike[str]) -> AnswerLost:
+    return AnswerLost(f"the hyperhive service at {path} closed the connection without answering")
 
 
 def parse_answer(line: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -120,7 +125,7 @@ class ControlCall:
                 line = self._read_line(sock)
             except OSError as exc:
                 raise self._cancelled_or(
-                    ServiceUnavailable(f"the connection to the hyperhive service at {self.path} failed: {exc}")
+                    AnswerLost(f"the connection to the hyperhive service at {self.path} failed: {exc}")
                 ) from exc
         finally:
             with self._lock:
