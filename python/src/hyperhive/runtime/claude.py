@@ -166,6 +166,8 @@ class ClaudeRuntime:
             # Also on cancellation of `run`: shielded, and bounded inside.
             with anyio.CancelScope(shield=True):
                 await proc.close()
+            # It holds secrets expanded from the environment (`${VAR}` in headers); claude read it at start.
+            mcp_config.unlink(missing_ok=True)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
