@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+import hyperhive.store
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
@@ -183,6 +184,33 @@ async def test_a_burst_of_wakes_is_batched_up_to_the_cap_and_the_rest_waits(tmp_
         await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 3)
     assert [p.count("--- wake ") for p in runtime.prompts] == [10, 10, 5]
     assert "15 more will follow" in runtime.prompts[0]
+
+
+async def test_each_turn_reads_only_its_batch_however_long_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading every waiting wake (three times a turn) made draining a long queue quadratic: 10,000 queued
+    # wakes took 45 s and held up the control socket for 0.3 s a turn (tests/faults/test_resource_limits.py).
+    runtime = FakeRuntime()
+    policy = LoopPolicy(max_wakes=10, backoff_base=0.01)
+    store = Store(tmp_path / "hyperhive.db")
+    with store.transaction():
+        for i in range(300):
+            store.add_wake("operator", f"message {i}")
+    store.close()
+    made = 0
+
+    class CountedWakeRow(hyperhive.store.WakeRow):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            nonlocal made
+            made += 1
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hyperhive.store, "WakeRow", CountedWakeRow)
+    async with running_loop(tmp_path, runtime, policy) as (_loop, records):
+        await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 30, within=20)
+    # A turn takes its batch and one more (to say that more follow): nothing grows with the queue.
+    assert made <= 30 * (policy.max_wakes + 1) + policy.max_wakes
 
 
 async def test_a_timer_wake_starts_its_turn_when_due(tmp_path: Path) -> None:

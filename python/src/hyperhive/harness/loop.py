@@ -118,14 +118,13 @@ class TurnLoop:
         """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""
         turn_id = self.records.begin_turn(prompt.wake_ids, len(prompt.text))
         self.current_turn = turn_id
-        sources = {w.id: w.source for w in self.records.waiting_wakes() if w.id in prompt.wake_ids}
         self._set_state(f"turn {turn_id}")
         log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
         self.feed.publish(
             {
                 "event": "turn_start",
                 "turn": turn_id,
-                "wakes": [{"id": i, "from": sources.get(i)} for i in prompt.wake_ids],
+                "wakes": [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids],
             }
         )
         sink: Sink = TeeSink(self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
@@ -164,7 +163,7 @@ class TurnLoop:
     # -- after a turn --------------------------------------------------------------------------------
 
     def _set_aside_exhausted(self) -> None:
-        exhausted = [w.id for w in self.records.waiting_wakes() if w.attempts >= self.policy.max_attempts]
+        exhausted = self.records.exhausted_wakes(self.policy.max_attempts)
         if exhausted:
             reason = f"{self.policy.max_attempts} turns carrying it failed or were cut short"
             log.error("setting aside wake(s) %s: %s", exhausted, reason)
