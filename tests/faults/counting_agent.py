@@ -6,7 +6,8 @@ The fake agent of the unit tests reads every word of a prompt as a directive (a 
 wakes would be answered with thousands of updates) and rewrites its whole session history after every
 turn; that measures the fake, not the service. This one answers each prompt with a single message and
 appends `{"pid", "wakes": [ids], "chars"}` to `prompts.jsonl` in its working directory, so a test can
-check that every wake reached the agent exactly once, and in which batches.
+check that every wake reached the agent exactly once, and in which batches. A wake holding
+`hold-until:PATH` keeps its turn open until PATH exists (a turn in flight while the test breaks something).
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ from acp.schema import AgentCapabilities, Implementation, McpCapabilities, TextC
 
 LOG = Path("prompts.jsonl")
 HEADER = re.compile(r"^--- wake (\d+) from ", re.MULTILINE)
+HOLD = re.compile(r"hold-until:(\S+)")
 
 
 def log_prompt(wakes: list[int], chars: int) -> None:
     with LOG.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"pid": os.getpid(), "wakes": wakes, "chars": chars}) + "\n")
+
+
+def released(path: str) -> bool:
+    return os.path.exists(path)
 
 
 class CountingAgent(Agent):
@@ -69,6 +75,11 @@ class CountingAgent(Agent):
         text = "".join(b.text for b in prompt if isinstance(b, TextContentBlock))
         wakes = [int(m) for m in HEADER.findall(text)]
         log_prompt(wakes, len(text))
+        if hold := HOLD.search(text):  # `hold-until:PATH` in a wake: answer once PATH exists (at most 60 s)
+            for _ in range(1200):
+                if released(hold.group(1)):
+                    break
+                await asyncio.sleep(0.05)
         await self.conn.session_update(session_id, update_agent_message_text(f"read {len(wakes)} wake(s)"))
         return PromptResponse(stop_reason="end_turn")
 

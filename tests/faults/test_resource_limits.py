@@ -12,12 +12,17 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from hyperhive.store import Store
 from tests.faults.conftest import Record, soak
@@ -316,4 +321,162 @@ def test_five_hundred_concurrent_tasks_all_end_with_wakes_and_status_stays_promp
             f" {drain_secs:.1f} s; status p99 {probe.p99() * 1000:.0f} ms (max {max(probe.times) * 1000:.0f} ms);"
             f" peak fds {peaks.fds} ({idle_fds} idle, {fds_after} after); peak RSS {peaks.rss_mib:.0f} MiB;"
             f" stop with {count} running {stop_secs:.1f} s (was 74 s before the shared /proc scan)",
+        )
+
+
+# -- full filesystems ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A small tmpfs at `path` (0700), unmounted however the test ends."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _can_mount() -> bool:
+    if not ROOT:
+        return False
+    probe = Path(f"/tmp/hh-mount-probe-{uuid.uuid4().hex[:8]}")
+    try:
+        with tmpfs(probe, "64k"):
+            return True
+    except (subprocess.CalledProcessError, OSError):
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+needs_mount = pytest.mark.skipif(not _can_mount(), reason="mounting a tmpfs needs root (CAP_SYS_ADMIN)")
+
+
+def fill(path: Path) -> int:
+    """Write `path` until the filesystem is full; the bytes written."""
+    written = 0
+    with path.open("wb") as f:
+        try:
+            for _ in range(4096):  # 256 MiB at most; the test's tmpfs is full long before
+                f.write(b"x" * 65536)
+                f.flush()
+                written += 65536
+        except OSError:
+            pass
+    return written
+
+
+@needs_mount
+def test_a_task_that_fills_its_filesystem_fails_alone(tmp_path: Path, record: Record) -> None:
+    work = tmp_path / "work"
+    with tmpfs(work, "2m"), running_service(tmp_path, HIVE_CGROUP="off", **counting_agent(tmp_path)) as service:
+        bystander = run_task(service.state, "sleep 1; echo bystander fine")
+        started = time.monotonic()
+        filler = run_task(service.state, "echo writing; dd if=/dev/zero of=blob bs=64k; echo dd said $?")
+        view = task_status(service.state, filler, wait=20)
+        secs = time.monotonic() - started
+        assert view["status"] == "done" and view["exit_code"] == 0, view  # the shell's last command: echo
+        assert "dd said 1" in view["stdout"]["tail"]
+        assert "No space left on device" in view["stderr"]["tail"]
+        assert task_status(service.state, bystander, wait=20)["stdout"]["tail"] == "bystander fine\n"
+        # The service and its state are elsewhere: still up, still taking tasks (which cannot write here).
+        again = task_status(service.state, run_task(service.state, "echo more > more.txt; echo $?"), wait=20)
+        assert again["status"] == "done" and again["stdout"]["tail"].strip() != "0"
+        assert control(service.state, "status")["ok"]
+        used = os.statvfs(work)
+        assert used.f_bavail == 0
+        record(
+            "a task writes its working directory (a 2 MiB tmpfs) until ENOSPC",
+            "the task's own status says so (dd's exit 1, `No space left on device` in the stderr tail); a task"
+            " beside it ends normally; the service stays up and runs the next task",
+            f"dd hit ENOSPC and the task's status said so {secs:.1f} s after its start; bystander done, exit 0",
+        )
+
+
+@needs_mount
+def test_a_full_state_directory_is_named_and_held_back_writes_land_once_freed(tmp_path: Path, record: Record) -> None:
+    state = tmp_path / "state"
+    with tmpfs(state, "4m"), running_service(tmp_path, HIVE_CGROUP="off", **counting_agent(tmp_path)) as service:
+        full_message = f"no space left in the state directory {state}"
+        assert control(service.state, "send", body="first")["ok"]
+        wait_until("the first turn", lambda: control(service.state, "status")["turns"] == 1, service, 30)
+        agent_go, task_go = tmp_path / "agent-go", tmp_path / "task-go"
+        held = control(service.state, "send", body=f"hold-until:{agent_go}")["wake_id"]
+        wait_until("the held turn", lambda: control(service.state, "status")["state"] == "turn 2", service, 30)
+        # Silent: its stdout is in the state directory, which will be full (an `echo` there would fail).
+        task = run_task(service.state, f"while [ ! -e {task_go} ]; do sleep 0.05; done; exit 7")
+        with Store(state / "hyperhive.db") as store:
+            before = store.db.execute("SELECT id, delivered_at FROM wakes ORDER BY id").fetchall()
+
+        filler = state / "filler"
+        fill(filler)
+        refused = None
+        for i in range(200):  # SQLite's WAL may still have room for a few: write until the store is full
+            answer = control(service.state, "send", body=f"while full {i} " + "y" * 4000)
+            if not answer["ok"]:
+                refused = answer
+                break
+        assert refused is not None and refused["kind"] == "StoreUnavailable", refused
+        assert full_message in refused["error"] and "not stored" in refused["error"]
+        cli = service.cli("send", "from the CLI", check=False)
+        assert cli.returncode == 3 and full_message in cli.stderr, cli.stderr
+        run = tool(service.state, "run", cmd="true", wait_seconds=0)
+        assert run["is_error"] and full_message in run["text"] and "not started" in run["text"]
+
+        agent_go.touch()  # the held turn is answered; its end cannot be written
+        store_down = wait_until(
+            "the loop to say the store is full",
+            lambda: full_message in (s := control(service.state, "status"))["state"] and s,
+            service,
+            30,
+        )
+        task_go.touch()  # the task ends; its end and wake cannot be written, and are answered from memory
+        # Polled, not waited on: a caller waiting inline would get the end instead of a wake.
+        ended = wait_until(
+            "the task's end", lambda: (v := task_status(service.state, task))["status"] == "done" and v, service, 20
+        )
+        assert ended["status"] == "done" and ended["exit_code"] == 7, ended
+        assert service.proc.poll() is None
+
+        freed = time.monotonic()
+        filler.unlink()
+
+        def landed() -> bool:
+            with Store(state / "hyperhive.db") as store:
+                turn2 = store.db.execute("SELECT outcome FROM turns WHERE id = 2").fetchall()
+                wake = store.get_wake(held)
+                row = store.get_task(task)
+                task_wake = store.db.execute(
+                    "SELECT delivered_at FROM wakes WHERE source = ?", (f"bash-task-{task}",)
+                ).fetchall()
+            return (
+                turn2 == [("answered",)]
+                and wake.delivered_at is not None
+                and row.status == "done"
+                and task_wake != []
+                and task_wake[0][0] is not None  # and a later turn carried the task's wake to the agent
+            )
+
+        wait_until("the held-back writes to land", landed, service, 40)
+        land_secs = time.monotonic() - freed
+        with Store(state / "hyperhive.db") as store:
+            after = dict(store.db.execute("SELECT id, delivered_at FROM wakes").fetchall())
+            (turn2_wakes,) = store.db.execute("SELECT wake_ids FROM turns WHERE id = 2").fetchall()[0]
+        # Nothing stored before the disk filled is lost; what was delivered stays delivered.
+        for wake_id, delivered in before:
+            assert wake_id in after and (delivered is None or after[wake_id] == delivered)
+        assert held in json.loads(turn2_wakes)
+        assert control(service.state, "send", body="room again")["ok"]
+        assert "state directory" in service.text() and "retrying" in service.text()
+        assert service.stop() == 0
+        record(
+            "the state directory (a 4 MiB tmpfs) fills up while a turn and a task are in flight",
+            "`send` answers ok:false naming the state directory (CLI exit 3), `run` refuses; the loop holds the"
+            " answered turn's end and `status` says the store is full; the task's end is answered from memory;"
+            " once freed, the turn's end, the task's end and its wake land and are delivered; nothing stored"
+            " before is lost; service up, exit 0",
+            f"state shown: {store_down['state'][:60]}…; held-back writes landed {land_secs:.1f} s after freeing",
         )

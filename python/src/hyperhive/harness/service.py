@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import ToolFailure
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.config import Config
+from hyperhive.errors import StoreUnavailable
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.lock import ServiceLock
@@ -35,7 +37,7 @@ from hyperhive.harness.records import OPERATOR, Records
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store, WakeRow, prepare_state_dir
+from hyperhive.store import Store, WakeRow, describe_sqlite_error, prepare_state_dir
 from hyperhive.tasks.engine import TaskEngine
 
 log = logging.getLogger("hyperhive.harness")
@@ -134,7 +136,24 @@ class Service:
         async def subscribe(req: dict[str, Any]) -> Reply:
             return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.feed.subscribe())
 
-        return {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+        handlers = {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+        return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
+
+    def _store_errors_answered(self, op: str, handler: Handler) -> Handler:
+        """A store failure (disk full, locked, read-only) is the request's clear `ok: false`, never a dropped
+        connection: `send` on a full state directory used to close the socket without a word."""
+        path = self.records.store.path
+        consequence = {"send": "the message was not stored; send it again once there is room"}.get(op, "")
+
+        async def answered(req: dict[str, Any]) -> Reply:
+            try:
+                return await handler(req)
+            except sqlite3.Error as exc:
+                problem = describe_sqlite_error(exc, path)
+                log.error("control socket: %s failed: %s", op, problem)
+                raise StoreUnavailable(f"{problem}{'; ' + consequence if consequence else ''}", path=str(path)) from exc
+
+        return answered
 
     def status(self) -> dict[str, Any]:
         last = self.records.last_turn()
