@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,8 +27,9 @@ from typing import Any
 import pytest
 
 from hyperhive.store import Store
+from hyperhive.tasks.cgroup import cgroup2_mount
 from tests.faults.conftest import Record, soak
-from tests.unit.harness_service import Service, running_service
+from tests.unit.harness_service import Service, running_service, service_env, socket_answers
 
 COUNTING_AGENT = Path(__file__).resolve().parent / "counting_agent.py"
 ROOT = os.geteuid() == 0
@@ -480,3 +483,193 @@ def test_a_full_state_directory_is_named_and_held_back_writes_land_once_freed(tm
             " before is lost; service up, exit 0",
             f"state shown: {store_down['state'][:60]}…; held-back writes landed {land_secs:.1f} s after freeing",
         )
+
+
+# -- tasks that escape their process group ---------------------------------------------------------------
+
+CGROUP2 = cgroup2_mount()
+# Each escape is a `sleep` with its own duration, so that its command line names the escape and the task.
+ESCAPES = {
+    "setsid": "setsid sleep {m}1 &",  # a new session, and so a new group
+    "setpgid": 'perl -e \'setpgrp(0, 0); exec "sleep", "{m}2"\' &',  # its own group, same session
+    "double fork": "(sleep {m}3 &);",  # reparented to init, still in the task's group
+    "daemon": "(setsid sleep {m}4 &);",  # a double fork into a new session, as daemons do
+}
+ESCAPE_CMD = " ".join(ESCAPES.values()) + " sleep {m}0"  # the task's own shell keeps running too
+
+
+def escape_marker() -> str:
+    return f"1000.{uuid.uuid4().int % 10**8:08d}"
+
+
+def sleepers(duration: str) -> list[int]:
+    """Live processes running exactly `sleep DURATION`."""
+    found = []
+    for pid in pgrep(duration):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+            if len(argv) == 2 and argv[0].endswith(b"sleep") and argv[1] == duration.encode():
+                found.append(pid)
+    return found
+
+
+def escapees(marker: str) -> dict[str, list[int]]:
+    """The live processes of one escaping task, by kind (the task's own `sleep` as `own`)."""
+    kinds = {"own": "0", **{kind: str(i) for i, kind in enumerate(ESCAPES, 1)}}
+    return {kind: sleepers(f"{marker}{digit}") for kind, digit in kinds.items()}
+
+
+def start_escaping_task(service: Service, **arguments: Any) -> tuple[int, str]:
+    marker = escape_marker()
+    task = run_task(service.state, ESCAPE_CMD.format(m=marker), **arguments)
+    wait_until("every escape to be running", lambda: all(escapees(marker).values()), service, 20)
+    return task, marker
+
+
+def _cgroups_usable() -> bool:
+    if CGROUP2 is None or not ROOT:
+        return False
+    probe = CGROUP2 / f"hh-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+        os.setxattr(probe, "trusted.delegate", b"1")
+        return (probe / "cgroup.kill").exists()
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+needs_cgroups = pytest.mark.skipif(
+    not _cgroups_usable(), reason="needs a writable cgroup v2 with cgroup.kill and trusted xattrs (root)"
+)
+
+
+@contextmanager
+def delegated_cgroup() -> Iterator[Path]:
+    """A cgroup as systemd's `Delegate=yes` leaves it (for root: the `trusted.delegate` xattr), removed after."""
+    assert CGROUP2 is not None
+    path = CGROUP2 / f"hh-limits-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    os.setxattr(path, "trusted.delegate", b"1")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            (path / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + 5
+        while (path / "cgroup.events").read_text().count("populated 1") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for child in sorted(path.iterdir(), reverse=True):
+            if child.is_dir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+        path.rmdir()
+
+
+@contextmanager
+def service_in(cgroup: Path, tmp_path: Path) -> Iterator[Service]:
+    """The service started inside `cgroup` (as systemd starts the unit), with HIVE_CGROUP=auto."""
+    env = service_env(tmp_path, HIVE_CGROUP="auto", **counting_agent(tmp_path))
+    log = tmp_path / "service.log"
+    place = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", place, str(cgroup), sys.executable, "-m", "hyperhive", "agent"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    service = Service(env, proc, log)
+    try:
+        service.wait_for("the control socket", lambda: socket_answers(service.state / "harness.sock"))
+        yield service
+    finally:
+        if service.proc.poll() is None:
+            service.stop()
+
+
+@needs_cgroups
+def test_with_a_delegated_cgroup_nothing_a_task_started_survives_kill_timeout_or_stop(
+    tmp_path: Path, record: Record
+) -> None:
+    with delegated_cgroup() as cgroup, service_in(cgroup, tmp_path) as service:
+        # `auto` found the delegation: the service moved itself into the `engine` leaf.
+        assert str(service.proc.pid) in (cgroup / "engine" / "cgroup.procs").read_text().split()
+        killed, kill_marker = start_escaping_task(service)
+        timed, timeout_marker = start_escaping_task(service, timeout_secs=3)
+        stopped, stop_marker = start_escaping_task(service)
+        assert (cgroup / f"task-{killed}").is_dir()
+
+        started = time.monotonic()
+        kill = tool(service.state, "kill", id=killed)
+        kill_secs = time.monotonic() - started
+        assert not kill["is_error"] and "nothing it started is left (its cgroup is empty)" in kill["text"]
+        assert not any(escapees(kill_marker).values())
+
+        view = task_status(service.state, timed, wait=15)
+        assert view["status"] == "timed_out" and view["containment"] == "cgroup"
+        wait_until(
+            "the timed-out task's escapes to die", lambda: not any(escapees(timeout_marker).values()), service, 5
+        )
+
+        assert any(escapees(stop_marker).values())
+        started = time.monotonic()
+        assert service.stop() == 0
+        stop_secs = time.monotonic() - started
+        survivors = {m: {k: v for k, v in escapees(m).items() if v} for m in (kill_marker, timeout_marker, stop_marker)}
+        assert not any(survivors.values()), survivors
+        with Store(service.state / "hyperhive.db") as store:
+            assert [store.get_task(t).status for t in (killed, timed, stopped)] == [
+                "killed",
+                "timed_out",
+                "interrupted",
+            ]
+        assert not list(cgroup.glob("task-*")), "task cgroups left behind"
+        record(
+            "tasks escape their process group (setsid, setpgid via perl, a double fork, a daemon's double fork"
+            " into a new session) under a delegated cgroup (HIVE_CGROUP=auto in a `trusted.delegate` cgroup)",
+            "`auto` takes the delegation (the service in the `engine` leaf); kill, the timeout and the service's"
+            " stop (SIGTERM) each leave none of the 5 processes of each task; kill says its cgroup is empty;"
+            " the task cgroups are removed",
+            f"kill {kill_secs:.2f} s, stop {stop_secs:.1f} s; 0 of 15 processes left",
+        )
+
+
+def test_without_a_cgroup_exactly_what_left_the_group_survives(tmp_path: Path, record: Record) -> None:
+    survivors: list[int] = []
+    try:
+        with running_service(tmp_path, HIVE_CGROUP="off", **counting_agent(tmp_path)) as service:
+            killed, kill_marker = start_escaping_task(service)
+            timed, timeout_marker = start_escaping_task(service, timeout_secs=3)
+            stopped, stop_marker = start_escaping_task(service)
+
+            kill = tool(service.state, "kill", id=killed)
+            # The group is empty, and the answer says what a process group cannot reach.
+            assert not kill["is_error"], kill["text"]
+            assert "nothing is left in its process group" in kill["text"] and "setsid" in kill["text"]
+            assert task_status(service.state, timed, wait=15)["status"] == "timed_out"
+            assert service.stop() == 0
+            with Store(service.state / "hyperhive.db") as store:
+                statuses = [store.get_task(t).status for t in (killed, timed, stopped)]
+            assert statuses == ["killed", "timed_out", "interrupted"]
+            left = {m: escapees(m) for m in (kill_marker, timeout_marker, stop_marker)}
+            survivors = [pid for kinds in left.values() for pids in kinds.values() for pid in pids]
+            # Exactly docs/architecture.md's "Containment" table: what stayed in the group is gone (the
+            # task's own processes, a plain double fork); what left it (setsid, setpgid, a daemon's double
+            # fork into a new session) survives kill, the timeout and the stop alike.
+            for marker, kinds in left.items():
+                alive = {kind for kind, pids in kinds.items() if pids}
+                assert alive == {"setsid", "setpgid", "daemon"}, (marker, alive)
+    finally:
+        for pid in survivors:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    record(
+        "the same escaping tasks without a cgroup (HIVE_CGROUP=off: process groups only)",
+        "exactly what docs/architecture.md says: the task's own processes and a plain double fork (same group)"
+        " are killed by kill, the timeout and the stop; setsid, setpgid and a daemon's double fork (they left"
+        " the group) survive each; kill says what a process group cannot reach",
+        f"{len(survivors)} of 15 processes survived (3 per task: setsid, setpgid, daemon), as documented",
+    )
