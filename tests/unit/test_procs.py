@@ -315,3 +315,18 @@ def test_members_of_a_group_that_is_gone_are_counted_without_a_scan(counted_proc
     child.wait()
     assert cgroup.group_members(child.pid) == 0
     assert counted_proc.scans == 0
+
+
+async def test_what_many_ended_tasks_left_is_watched_with_one_scan_per_pass(
+    tmp_path: Path, counted_proc: type[_CountingProc]
+) -> None:
+    # Each leftover group was counted with its own scan of /proc, twice a second.
+    with Store(tmp_path / "hyperhive.db") as store:
+        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+            for _ in range(20):
+                await engine.run("sleep 30 & echo left", wait_seconds=5)
+            assert len(engine._leftovers) == 20
+            before = counted_proc.scans
+            await anyio.sleep(1.6)  # three passes of the watcher
+            scans = counted_proc.scans - before
+            assert scans <= 6, f"{scans} scans for 3 passes over 20 groups"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def same_process(pid: int | None, start: str | None) -> bool:
 @dataclass(frozen=True)
 class _Scan:
     began: float  # time.monotonic() when the scan of /proc began
-    live: frozenset[int]  # the process groups that had a live (non-zombie) member
+    live: Mapping[int, int]  # process group → how many live (non-zombie) members it had
 
 
 class _Shared:
@@ -59,7 +60,7 @@ def _live_groups(newer_than: float) -> _Scan:
     if last is not None and last.began > newer_than:
         return last
     began = time.monotonic()
-    live: set[int] = set()
+    live: dict[int, int] = {}
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -70,8 +71,9 @@ def _live_groups(newer_than: float) -> _Scan:
         fields = stat[stat.rindex(b")") + 2 :].split()
         # fields[0] is the state, fields[2] the process group.
         if fields[0] not in (b"Z", b"X"):
-            live.add(int(fields[2]))
-    scan = _Scan(began, frozenset(live))
+            pgid = int(fields[2])
+            live[pgid] = live.get(pgid, 0) + 1
+    scan = _Scan(began, live)
     _Shared.last = scan
     return scan
 
@@ -87,6 +89,18 @@ def _alive_after(pgid: int, newer_than: float) -> tuple[bool, float]:
         return True, looked
     scan = _live_groups(newer_than)
     return pgid in scan.live, scan.began
+
+
+def group_size(pgid: int, *, newer_than: float | None = None) -> int:
+    """How many live (non-zombie) processes are in group `pgid`. With `newer_than` (monotonic), a scan begun
+    after it may serve: a pass over many groups (the engine watching what ended tasks left) costs one."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return 0  # not even a zombie: no scan needed
+    except PermissionError:
+        pass
+    return _live_groups(time.monotonic() if newer_than is None else newer_than).live.get(pgid, 0)
 
 
 def group_alive(pgid: int) -> bool:
