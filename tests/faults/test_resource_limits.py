@@ -29,7 +29,7 @@ import pytest
 from hyperhive.store import Store
 from hyperhive.tasks.cgroup import cgroup2_mount
 from tests.faults.conftest import Record, soak
-from tests.unit.harness_service import Service, running_service, service_env, socket_answers
+from tests.unit.harness_service import Service, running_service, service_env, socket_answers, start_service
 
 COUNTING_AGENT = Path(__file__).resolve().parent / "counting_agent.py"
 ROOT = os.geteuid() == 0
@@ -296,7 +296,7 @@ def test_five_hundred_concurrent_tasks_all_end_with_wakes_and_status_stays_promp
             task_id = int(source.removeprefix("bash-task-"))
             assert f"task {task_id} done (exit code 0)" in body and "-done" in body
         assert not probe.errors, probe.errors[:3]
-        assert probe.p99() < 1.0, f"status p99 {probe.p99():.2f} s"
+        assert max(probe.times) < 1.0, f"status took {max(probe.times):.2f} s (p99 {probe.p99():.2f} s)"
         fds_after = fds(pid)
         assert fds_after <= idle_fds + 5, f"descriptors leaked: {idle_fds} idle, {fds_after} after"
         assert service.proc.poll() is None
@@ -672,4 +672,55 @@ def test_without_a_cgroup_exactly_what_left_the_group_survives(tmp_path: Path, r
         " are killed by kill, the timeout and the stop; setsid, setpgid and a daemon's double fork (they left"
         " the group) survive each; kill says what a process group cannot reach",
         f"{len(survivors)} of 15 processes survived (3 per task: setsid, setpgid, daemon), as documented",
+    )
+
+
+@needs_mount
+def test_a_restart_on_a_full_state_directory_exits_3_naming_it_then_recovers_once_freed(
+    tmp_path: Path, record: Record
+) -> None:
+    state = tmp_path / "state"
+    with tmpfs(state, "4m"):
+        env = service_env(tmp_path, HIVE_CGROUP="off", **counting_agent(tmp_path))
+        first = start_service(env, tmp_path / "first.log")
+        try:
+            held = control(state, "send", body=f"hold-until:{tmp_path / 'go'}")["wake_id"]
+            first.wait_for("the held turn", lambda: control(state, "status")["state"] == "turn 1")
+        finally:
+            first.proc.kill()  # a crash with the turn in flight: the next start must mark it interrupted
+            first.proc.wait()
+        (tmp_path / "go").touch()
+        filler = state / "filler"
+        fill(filler)
+        started = time.monotonic()
+        refused = subprocess.run(
+            [sys.executable, "-m", "hyperhive", "agent"],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        refuse_secs = time.monotonic() - started
+        assert refused.returncode == 3, refused.stderr
+        assert (
+            refused.stderr.strip()
+            == f"hyperhive: no space left in the state directory {state} (database or disk is full)"
+        )
+        filler.unlink()
+        with running_service(tmp_path, name="second", HIVE_CGROUP="off", **counting_agent(tmp_path)) as second:
+
+            def delivered() -> bool:
+                with Store(state / "hyperhive.db") as store:
+                    return store.get_wake(held).delivered_at is not None
+
+            second.wait_for("the carried wake", delivered)
+            with Store(state / "hyperhive.db") as store:
+                outcomes = [r[0] for r in store.db.execute("SELECT outcome FROM turns ORDER BY id").fetchall()]
+            assert outcomes == ["interrupted", "answered"]
+    record(
+        "the service crashes (SIGKILL) mid-turn and restarts on a state directory that is now full",
+        "the restart exits 3 with one line naming the state directory (no traceback; systemd retries);"
+        " once freed it starts, marks the cut turn interrupted and delivers its wake",
+        f"refused in {refuse_secs:.1f} s, exit 3; delivered after freeing",
     )

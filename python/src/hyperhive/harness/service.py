@@ -27,7 +27,7 @@ from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import ToolFailure
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.config import Config
-from hyperhive.errors import StoreUnavailable
+from hyperhive.errors import StoreError, StoreUnavailable
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.lock import ServiceLock
@@ -192,8 +192,15 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         engine_store = WakeStore(config.db_path, doorbell=doorbell)
         store = Store(config.db_path)
         records = LiveRecords(store, feed)
-        if (n := records.interrupt_running_turns()) > 0:
-            log.warning("%d turn(s) were still running when the service last stopped; their wakes are carried again", n)
+        try:
+            interrupted = records.interrupt_running_turns()
+        except sqlite3.Error as exc:  # a full state directory after a crash: one line and exit 3, no traceback
+            raise StoreError(describe_sqlite_error(exc, config.db_path), path=str(config.db_path)) from exc
+        if interrupted > 0:
+            log.warning(
+                "%d turn(s) were still running when the service last stopped; their wakes are carried again",
+                interrupted,
+            )
         # Processes the service starts (the agent, its bash servers, tasks) find the service here.
         os.environ["HIVE_SOCKET"] = str(socket_path)
         transcript = TranscriptSink(config.transcripts_dir)
