@@ -161,7 +161,7 @@ async def test_command_line_has_mcp_config_tool_rules_extra_args_and_prompt_afte
     assert call["mcp_config"]["mcpServers"]["files"]["command"] == "files-mcp"
     assert call["mcp_config_mode"] == "0o600"
     # It may hold secrets expanded from the environment: gone once claude has exited.
-    assert not Path(mcp_path).exists()
+    assert not await anyio.Path(mcp_path).exists()
 
 
 async def test_claude_runs_in_workdir_in_its_own_process_group_with_stdin_devnull(env: Env) -> None:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+import hyperhive.store
+from hyperhive.harness import loop as loop_module
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.prompt import build_prompt
-from hyperhive.harness.records import Records
+from hyperhive.harness.records import Records, TurnEnd
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, TurnError, Unsupported
 from hyperhive.runtime.stream import ContextUsage, ResultLine
@@ -185,6 +189,33 @@ async def test_a_burst_of_wakes_is_batched_up_to_the_cap_and_the_rest_waits(tmp_
     assert "15 more will follow" in runtime.prompts[0]
 
 
+async def test_each_turn_reads_only_its_batch_however_long_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading every waiting wake (three times a turn) made draining a long queue quadratic: 10,000 queued
+    # wakes took 45 s and held up the control socket for 0.3 s a turn (tests/faults/test_resource_limits.py).
+    runtime = FakeRuntime()
+    policy = LoopPolicy(max_wakes=10, backoff_base=0.01)
+    store = Store(tmp_path / "hyperhive.db")
+    with store.transaction():
+        for i in range(300):
+            store.add_wake("operator", f"message {i}")
+    store.close()
+    made = 0
+
+    class CountedWakeRow(hyperhive.store.WakeRow):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            nonlocal made
+            made += 1
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hyperhive.store, "WakeRow", CountedWakeRow)
+    async with running_loop(tmp_path, runtime, policy) as (_loop, records):
+        await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 30, within=20)
+    # A turn takes its batch and one more (to say that more follow): nothing grows with the queue.
+    assert made <= 30 * (policy.max_wakes + 1) + policy.max_wakes
+
+
 async def test_a_timer_wake_starts_its_turn_when_due(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     async with running_loop(tmp_path, runtime) as (loop, records):
@@ -235,3 +266,61 @@ def test_the_prompt_names_each_wakes_source_and_time_and_cuts_a_huge_wake(tmp_pa
     assert "more characters of this wake left out" in prompt.text
     both = build_prompt([small], max_chars=10_000)
     assert f"--- wake {small.id} from bash-task-7 at " in both.text and "make" in both.text
+
+
+class FullRecords(Records):
+    """Records on a store that is full for the first `fail[what]` writes of a turn's start or end."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.fail = {"begin": 0, "end": 0}
+
+    def _full(self, what: str) -> None:
+        if self.fail[what] > 0:
+            self.fail[what] -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+
+    def begin_turn(self, wake_ids: list[int], prompt_chars: int) -> int:
+        self._full("begin")
+        return super().begin_turn(wake_ids, prompt_chars)
+
+    def end_turn(self, turn_id: int, end: TurnEnd, **kwargs: Any) -> None:
+        self._full("end")
+        super().end_turn(turn_id, end, **kwargs)
+
+
+async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_until_it_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full state directory used to raise out of the loop and stop the service.
+    monkeypatch.setattr(loop_module, "STORE_RETRY_FIRST", 0.05)
+    runtime = FakeRuntime()
+    states: list[str] = []
+    store = Store(tmp_path / "hyperhive.db")
+    records = FullRecords(store)
+    loop = TurnLoop(
+        runtime,  # type: ignore[arg-type]
+        records,
+        doorbell=Doorbell(),
+        feed=LiveFeed(),
+        transcript=TranscriptSink(tmp_path / "transcripts"),
+        notifier=SystemdNotifier({}),
+        policy=LoopPolicy(backoff_base=0.01),
+    )
+    monkeypatch.setattr(loop, "_set_state", states.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        # The turn's start fails twice (the loop retries, never crashes); the answered turn's end fails three
+        # times (held, then written; the turn is never run again).
+        records.fail = {"begin": 2, "end": 3}
+        wake = records.add_wake("operator", "hello")
+        loop.doorbell.ring()
+        await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
+        loop.stop()
+        tg.cancel_scope.cancel()
+    turn = records.last_turn()
+    store.close()
+    assert len(runtime.prompts) == 1
+    full = [s for s in states if s.startswith("store unavailable: no space left in the state directory")]
+    assert len(full) == 5, states
+    assert turn is not None and turn.outcome == "answered"

@@ -263,3 +263,70 @@ async def test_a_gone_group_is_never_signalled_again(tmp_path: Path, monkeypatch
     await child.kill()
     await child.aclose()
     assert sent == []
+
+
+class _CountingProc(type(Path())):  # type: ignore[misc]
+    """/proc, counting how often it is listed (one listing = one scan of every process)."""
+
+    scans = 0
+
+    def iterdir(self) -> Any:
+        type(self).scans += 1
+        return super().iterdir()
+
+
+@pytest.fixture
+def counted_proc(monkeypatch: pytest.MonkeyPatch) -> type[_CountingProc]:
+    from hyperhive.procs import group
+    from hyperhive.tasks import cgroup
+
+    monkeypatch.setattr(_CountingProc, "scans", 0)
+    monkeypatch.setattr(group, "_PROC", _CountingProc("/proc"))
+    if hasattr(group, "_Shared"):
+        monkeypatch.setattr(group._Shared, "last", None)
+    monkeypatch.setattr(cgroup, "_PROC", _CountingProc("/proc"))
+    return _CountingProc
+
+
+def _sleepers(n: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(n)]
+
+
+async def test_groups_terminated_together_share_each_proc_scan(counted_proc: type[_CountingProc]) -> None:
+    # A scan of /proc per group per 20 ms poll made stopping the service with 500 tasks take 74 s here.
+    children = _sleepers(40)
+    try:
+        async with anyio.create_task_group() as tg:
+            for child in children:  # unreaped leaders stay zombies: killpg alone cannot tell them dead
+                tg.start_soon(terminate_group, child.pid, 1.0)
+        assert counted_proc.scans <= 10, f"{counted_proc.scans} scans of /proc for 40 groups"
+        assert not any(group_alive(c.pid) for c in children)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_members_of_a_group_that_is_gone_are_counted_without_a_scan(counted_proc: type[_CountingProc]) -> None:
+    # Every task's end asks what its group left behind; a scan per end stalled 500 tasks ending at once.
+    from hyperhive.tasks import cgroup
+
+    child = subprocess.Popen(["true"], start_new_session=True)
+    child.wait()
+    assert cgroup.group_members(child.pid) == 0
+    assert counted_proc.scans == 0
+
+
+async def test_what_many_ended_tasks_left_is_watched_with_one_scan_per_pass(
+    tmp_path: Path, counted_proc: type[_CountingProc]
+) -> None:
+    # Each leftover group was counted with its own scan of /proc, twice a second.
+    with Store(tmp_path / "hyperhive.db") as store:
+        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+            for _ in range(20):
+                await engine.run("sleep 30 & echo left", wait_seconds=5)
+            assert len(engine._leftovers) == 20
+            before = counted_proc.scans
+            await anyio.sleep(1.6)  # three passes of the watcher
+            scans = counted_proc.scans - before
+            assert scans <= 6, f"{scans} scans for 3 passes over 20 groups"

@@ -98,3 +98,21 @@ def test_session_ids_cannot_escape_the_directory() -> None:
     assert transcript_name("6dde8fc5-d8ff-418a-96f2-073dbfd81ae6") == "6dde8fc5-d8ff-418a-96f2-073dbfd81ae6.jsonl"
     assert transcript_name("../../etc/passwd") == "_.._etc_passwd.jsonl"
     assert transcript_name("..") == "_.jsonl"
+
+
+async def test_a_transcript_that_cannot_be_written_never_fails_the_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A full state directory (here /dev/full, ENOSPC on every write) used to fail the turn, then stop the service.
+    transcripts = tmp_path / "transcripts"
+    transcripts.mkdir()
+    (transcripts / "full.jsonl").symlink_to("/dev/full")
+    sink = TranscriptSink(transcripts)
+    for line in (init("full"), text("lost", "full"), result("full")):
+        await sink.emit(line)
+    assert "not in the transcript" in caplog.text and "3 line(s)" in caplog.text
+    for line in (init("s2"), text("kept", "s2"), result("s2")):  # the next turn is written again
+        await sink.emit(line)
+    await sink.emit(init("full"))
+    sink.close()  # a failed close does not raise either
+    assert [d["type"] for d in read(transcripts / "s2.jsonl")] == ["system", "assistant", "result"]

@@ -558,11 +558,13 @@ class Store:
             raise KeyError(wake_id)
         return WakeRow(*row)
 
-    def pending_wakes(self, *, now: float | None = None) -> list[WakeRow]:
-        """Wakes waiting for a turn (not delivered, set aside or cancelled) whose time has come, oldest first."""
+    def pending_wakes(self, *, now: float | None = None, limit: int = -1) -> list[WakeRow]:
+        """Wakes waiting for a turn (not delivered, set aside or cancelled) whose time has come, oldest first;
+        at most `limit` of them (-1: all). The limit is SQLite's: a queue of 10,000 wakes costs a turn only
+        the batch it carries (reading all of them, three times a turn, made draining quadratic)."""
         rows = self._db.execute(
-            f"SELECT {WAKE_COLUMNS} FROM wakes WHERE {WAKE_WAITING} AND not_before <= ? ORDER BY id",
-            (time.time() if now is None else now,),
+            f"SELECT {WAKE_COLUMNS} FROM wakes WHERE {WAKE_WAITING} AND not_before <= ? ORDER BY id LIMIT ?",
+            (time.time() if now is None else now, limit),
         ).fetchall()
         return [WakeRow(*r) for r in rows]
 

@@ -95,7 +95,7 @@ def send(text: str | None, source: str) -> None:
         click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
         return
     except ControlError as exc:
-        _fail(exc.message)
+        _fail(exc.message, EXIT_STATE if exc.data.get("kind") == "StoreUnavailable" else EXIT_FAILED)
     click.echo(f"wake {answer['wake_id']} sent")
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 
@@ -33,8 +35,12 @@ from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.store import describe_sqlite_error
 
 log = logging.getLogger("hyperhive.harness")
+
+# Retrying when the store cannot be written (state directory full, read-only, locked): doubling, capped.
+STORE_RETRY_FIRST, STORE_RETRY_MAX = 0.5, 10.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class TurnLoop:
         self.last_usage: tuple[int | None, int | None] = (None, None)
         self._stopping = False
         self._stop_event = anyio.Event()
+        self._store_retry = STORE_RETRY_FIRST
 
     # -- control -------------------------------------------------------------------------------------
 
@@ -96,39 +103,58 @@ class TurnLoop:
 
     async def run(self) -> None:
         while not self._stopping:
-            self._set_aside_exhausted()
-            wakes = self.records.waiting_wakes(limit=self.policy.max_wakes + 1)
-            if not wakes:
-                due = self.records.next_due()
-                self._set_state("idle")
-                await self.doorbell.wait(None if due is None else max(0.0, due - time.time()))
-                continue
-            prompt = build_prompt(
-                wakes,
-                max_wakes=self.policy.max_wakes,
-                max_chars=self.policy.max_chars,
-                waiting=self.records.counts().waiting,
-            )
-            answered = await self.turn(prompt)
-            if answered:
-                self.failures = 0
-                await self._maybe_compact()
+            try:
+                await self._step()
+            except sqlite3.Error as exc:
+                # The state directory is full, read-only or locked: nothing can be carried or recorded. The
+                # loop stays up, says so (log, `status`), and tries again; the wakes wait in the store.
+                await self._store_failed("carrying the waiting wakes", exc)
             else:
-                self.failures += 1
-                await self._back_off()
+                self._store_retry = STORE_RETRY_FIRST
+
+    async def _store_failed(self, what: str, exc: sqlite3.Error) -> None:
+        problem = describe_sqlite_error(exc, self.records.store.path)
+        delay = self._store_retry
+        self._store_retry = min(delay * 2, STORE_RETRY_MAX)
+        log.error("%s failed: %s; retrying in %g s", what, problem, delay)
+        self._set_state(f"store unavailable: {problem}; retrying in {delay:g} s")
+        with anyio.move_on_after(delay):
+            await self._stop_event.wait()
+
+    async def _step(self) -> None:
+        """One pass: set aside what failed too often, then one turn for the oldest waiting wakes (or sleep)."""
+        self._set_aside_exhausted()
+        wakes = self.records.waiting_wakes(limit=self.policy.max_wakes + 1)
+        if not wakes:
+            due = self.records.next_due()
+            self._set_state("idle")
+            await self.doorbell.wait(None if due is None else max(0.0, due - time.time()))
+            return
+        prompt = build_prompt(
+            wakes,
+            max_wakes=self.policy.max_wakes,
+            max_chars=self.policy.max_chars,
+            waiting=self.records.counts().waiting,
+        )
+        answered = await self.turn(prompt)
+        if answered:
+            self.failures = 0
+            await self._maybe_compact()
+        else:
+            self.failures += 1
+            await self._back_off()
 
     async def turn(self, prompt: Prompt) -> bool:
         """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""
         turn_id = self.records.begin_turn(prompt.wake_ids, len(prompt.text))
         self.current_turn = turn_id
-        sources = {w.id: w.source for w in self.records.waiting_wakes() if w.id in prompt.wake_ids}
         self._set_state(f"turn {turn_id}")
         log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
         self.feed.publish(
             {
                 "event": "turn_start",
                 "turn": turn_id,
-                "wakes": [{"id": i, "from": sources.get(i)} for i in prompt.wake_ids],
+                "wakes": [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids],
             }
         )
         engaged = _Engaged(self.records, prompt.wake_ids)
@@ -144,12 +170,15 @@ class TurnLoop:
         except BaseException:
             # The service is going down under us (cancellation) or something unexpected: never delivered,
             # and the attempt is recorded as cut short (a synchronous write: no cancellation can cut it).
-            self.records.end_turn(
-                turn_id,
-                TurnEnd("interrupted", error="the service stopped during the turn"),
-                deliver=[],
-                refund=prompt.wake_ids if self._stopping and engaged.counted else [],
-            )
+            try:
+                self.records.end_turn(
+                    turn_id,
+                    TurnEnd("interrupted", error="the service stopped during the turn"),
+                    deliver=[],
+                    refund=prompt.wake_ids if self._stopping and engaged.counted else [],
+                )
+            except sqlite3.Error as exc:  # the next start marks the turn interrupted
+                log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
             self.current_turn = None
             raise
         else:
@@ -160,17 +189,39 @@ class TurnLoop:
         # that failed before the agent started on it still costs one (an agent that never starts).
         refund = prompt.wake_ids if self._stopping and not answered and engaged.counted else []
         attempt = prompt.wake_ids if not engaged.counted and not self._stopping and not answered else []
-        self.records.end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
+        await self._end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
         self.current_turn = None
         log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
         self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
         self.last_usage = (end.context_used, end.context_size)
         return answered
 
+    async def _end_turn(
+        self, turn_id: int, end: TurnEnd, *, deliver: list[int], refund: list[int], attempt: list[int]
+    ) -> None:
+        """Record the turn's end, retrying while the store cannot take it: the turn was had, so its end (and
+        the delivery of its wakes) is held back and written once there is room, never the turn run again.
+        A stop gives up (the next start marks the turn interrupted and carries its wakes again)."""
+        while True:
+            try:
+                self.records.end_turn(turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
+            except sqlite3.Error as exc:
+                if self._stopping:
+                    log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
+                    return
+                await self._store_failed(f"recording the end of turn {turn_id}", exc)
+                continue
+            self._store_retry = STORE_RETRY_FIRST
+            return
+
+    @property
+    def _db(self) -> Path:
+        return self.records.store.path
+
     # -- after a turn --------------------------------------------------------------------------------
 
     def _set_aside_exhausted(self) -> None:
-        exhausted = [w.id for w in self.records.waiting_wakes() if w.attempts >= self.policy.max_attempts]
+        exhausted = self.records.exhausted_wakes(self.policy.max_attempts)
         if exhausted:
             reason = f"{self.policy.max_attempts} turns carrying it failed or were cut short"
             log.error("setting aside wake(s) %s: %s", exhausted, reason)

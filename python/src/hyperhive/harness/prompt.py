@@ -16,7 +16,7 @@ alone exceeds the cap, so one huge wake can never block the queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from hyperhive.store import WakeRow
@@ -30,6 +30,8 @@ _CUT = "\n[... {n} more characters of this wake left out]"
 class Prompt:
     text: str
     wake_ids: list[int]
+    # Each carried wake's `from` (for the live feed's turn_start), so nothing is read again to say it.
+    sources: dict[int, str] = field(default_factory=dict)
 
 
 def stamp(t: float) -> str:
@@ -67,4 +69,5 @@ def build_prompt(
         f"[hyperhive] {count}.{later} Reply to the operator with mcp__hyperhive__reply; "
         "background shell tasks wake you when they end."
     )
-    return Prompt("\n\n".join([preamble, *sections]), ids)
+    sources = {w.id: w.source for w in wakes[: len(ids)]}
+    return Prompt("\n\n".join([preamble, *sections]), ids, sources)

@@ -96,7 +96,14 @@ class Records:
         return self.store.add_wake(source, body, not_before=not_before, request_id=request_id)
 
     def waiting_wakes(self, *, now: float | None = None, limit: int = 1000) -> list[WakeRow]:
-        return self.store.pending_wakes(now=now)[:limit]
+        return self.store.pending_wakes(now=now, limit=limit)
+
+    def exhausted_wakes(self, max_attempts: int) -> list[int]:
+        """Waiting wakes that `max_attempts` turns have already tried to carry, oldest first."""
+        rows = self.db.execute(
+            f"SELECT id FROM wakes WHERE {WAKE_WAITING} AND attempts >= ? ORDER BY id", (max_attempts,)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
 
     def next_due(self, *, now: float | None = None) -> float | None:
         """When the earliest wake that is not yet due becomes due (timers), or None."""

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import ToolFailure
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.config import Config
+from hyperhive.errors import StoreError, StoreUnavailable
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.lock import ServiceLock
@@ -36,7 +38,7 @@ from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store, WakeRow, prepare_state_dir
+from hyperhive.store import Store, WakeRow, describe_sqlite_error, prepare_state_dir
 from hyperhive.tasks.engine import TaskEngine
 
 log = logging.getLogger("hyperhive.harness")
@@ -141,7 +143,24 @@ class Service:
         async def subscribe(req: dict[str, Any]) -> Reply:
             return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.feed.subscribe())
 
-        return {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+        handlers = {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+        return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
+
+    def _store_errors_answered(self, op: str, handler: Handler) -> Handler:
+        """A store failure (disk full, locked, read-only) is the request's clear `ok: false`, never a dropped
+        connection: `send` on a full state directory used to close the socket without a word."""
+        path = self.records.store.path
+        consequence = {"send": "the message was not stored; send it again once there is room"}.get(op, "")
+
+        async def answered(req: dict[str, Any]) -> Reply:
+            try:
+                return await handler(req)
+            except sqlite3.Error as exc:
+                problem = describe_sqlite_error(exc, path)
+                log.error("control socket: %s failed: %s", op, problem)
+                raise StoreUnavailable(f"{problem}{'; ' + consequence if consequence else ''}", path=str(path)) from exc
+
+        return answered
 
     def status(self) -> dict[str, Any]:
         last = self.records.last_turn()
@@ -180,8 +199,15 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         engine_store = WakeStore(config.db_path, doorbell=doorbell)
         store = Store(config.db_path)
         records = LiveRecords(store, feed)
-        if (n := records.interrupt_running_turns()) > 0:
-            log.warning("%d turn(s) were still running when the service last stopped; their wakes are carried again", n)
+        try:
+            interrupted = records.interrupt_running_turns()
+        except sqlite3.Error as exc:  # a full state directory after a crash: one line and exit 3, no traceback
+            raise StoreError(describe_sqlite_error(exc, config.db_path), path=str(config.db_path)) from exc
+        if interrupted > 0:
+            log.warning(
+                "%d turn(s) were still running when the service last stopped; their wakes are carried again",
+                interrupted,
+            )
         # A predecessor killed with no cleanup may have left its agent (or a claude turn) running: end it,
         # then record our own children the same way (procs/registry.py).
         children = state / "harness" / "children"

@@ -22,6 +22,7 @@ from hyperhive.runtime.base import Sink
 from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, ClaudeProcess
 from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnError, TurnFailed
+from hyperhive.runtime.sessions import record_session
 from hyperhive.runtime.stream import ResultLine, StreamLine, parse_line
 from hyperhive.store import Store
 
@@ -256,7 +257,7 @@ class ClaudeRuntime:
 
     def _record(self, session_id: str | None) -> None:
         if session_id:
-            self.store.record_session(self.name, session_id)
+            record_session(self.store, self.name, session_id)
 
     async def _failed(self, turn: _Turn, error: TurnError) -> TurnError:
         """Report the failure as the turn's result line, attach it to the error, and hand the error back."""

@@ -8,6 +8,8 @@ a crash loses at most the line being written.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 from datetime import UTC, datetime
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import IO
 
 from hyperhive.runtime.stream import ResultLine, StreamLine, dump_line
+
+log = logging.getLogger("hyperhive.runtime")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -27,15 +31,34 @@ def transcript_name(session_id: str) -> str:
 
 class TranscriptSink:
     """A `Sink` writing turns to JSONL files under `transcripts_dir` (0700; files 0600: transcripts hold
-    whatever the agent read). Reusable turn after turn; `close()` when done."""
+    whatever the agent read). Reusable turn after turn; `close()` when done.
+
+    A transcript that cannot be written (the state directory full or read-only) never fails the turn: the
+    problem is logged once per turn with how many lines were left out, and the next turn tries again.
+    (A full state directory used to fail the turn here, and then stop the service.)
+    """
 
     def __init__(self, transcripts_dir: Path) -> None:
         self.dir = transcripts_dir
         self._pending: list[StreamLine] = []
         self._file: IO[str] | None = None
         self.path: Path | None = None  # the current turn's file, once known
+        self._failed: OSError | None = None  # this turn's write failure: its remaining lines are dropped
+        self._dropped = 0
 
     async def emit(self, line: StreamLine) -> None:
+        try:
+            self._emit(line)
+        except OSError as exc:
+            self._fail(exc)
+        if self._failed is not None:
+            self._dropped += 1
+            if isinstance(line, ResultLine):
+                self._end_failed_turn()
+
+    def _emit(self, line: StreamLine) -> None:
+        if self._failed is not None:
+            return
         if self._file is None:
             session_id = getattr(line, "session_id", None)
             if isinstance(session_id, str) and session_id:
@@ -55,13 +78,38 @@ class TranscriptSink:
 
     def close(self) -> None:
         """Write out lines still waiting for a session id, and close the file."""
-        if self._pending:
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-            self._open(f"unknown-{stamp}.jsonl")
-            for waiting in self._pending:
-                self._write(waiting)
-            self._pending.clear()
-        self._close_file()
+        try:
+            if self._pending and self._failed is None:
+                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+                self._open(f"unknown-{stamp}.jsonl")
+                for waiting in self._pending:
+                    self._write(waiting)
+                self._pending.clear()
+            self._close_file()
+        except OSError as exc:
+            self._fail(exc)
+        if self._failed is not None:
+            self._end_failed_turn()
+
+    def _fail(self, exc: OSError) -> None:
+        """Stop writing this turn: drop the file (unflushed text included) and what waits for it."""
+        if self._failed is None:
+            self._failed = exc
+            self._dropped = len(self._pending)
+        self._pending.clear()
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()  # may fail to flush again; the descriptor is closed all the same
+            self._file = None
+
+    def _end_failed_turn(self) -> None:
+        log.error(
+            "transcript: cannot write to %s (%s): %d line(s) of this turn are not in the transcript",
+            self.path or self.dir,
+            self._failed.strerror if self._failed is not None and self._failed.strerror else self._failed,
+            self._dropped,
+        )
+        self._failed, self._dropped = None, 0
 
     def _open(self, name: str) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -778,17 +778,18 @@ class TaskEngine:
         elif cgroup_mod.group_members(live.pgid):
             self._leftovers[live.id] = _Leftover(live.pgid, None)
 
-    def _count(self, left: _Leftover) -> int:
+    def _count(self, left: _Leftover, newer_than: float | None = None) -> int:
         if left.cgroup is not None:
             return len(cgroup_mod.procs(left.cgroup))
-        return cgroup_mod.group_members(left.pgid)
+        return cgroup_mod.group_members(left.pgid, newer_than=newer_than)
 
     async def _watch_leftovers(self) -> None:
         """Forget (and remove the cgroup of) each leftover group as soon as it is empty."""
         while True:
             await anyio.sleep(LEFTOVER_POLL)
+            since = time.monotonic()  # one /proc scan for the whole pass, however many groups
             for tid, left in list(self._leftovers.items()):
-                if self._count(left) == 0:
+                if self._count(left, since) == 0:
                     self._leftovers.pop(tid, None)
                     if left.cgroup is not None:
                         cgroup_mod.remove(left.cgroup)

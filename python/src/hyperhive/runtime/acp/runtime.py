@@ -35,6 +35,7 @@ from hyperhive.runtime.errors import (
     TurnFailed,
     Unsupported,
 )
+from hyperhive.runtime.sessions import record_session
 from hyperhive.runtime.stream import ResultLine, StreamLine, SystemLine
 from hyperhive.store import Store
 
@@ -213,7 +214,7 @@ class AcpRuntime:
         response, error = outcome.response, outcome.error
         if isinstance(response, PromptResponse):
             # Answered: from now on the agent holds this session, and a restart can load it.
-            self.store.record_session(self.session_key, translator.session_id)
+            record_session(self.store, self.session_key, translator.session_id)
             if control.stopping == "idle":
                 await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
