@@ -340,6 +340,27 @@ class Turn:
         await self.say(f"perm:{await self._permission()}")
         self.cancel.set()
 
+    async def do_permloop(self, arg: str) -> None:
+        """`permloop:S`: for S seconds, ask permission again and again with no update at all; stops at a cancel."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(arg)
+        while not self.cancel.is_set() and loop.time() < deadline:
+            response = await self.conn.request_permission(
+                session_id=self.sid,
+                tool_call=ToolCallUpdate(tool_call_id="call_loop", title="bash"),
+                options=[PermissionOption(option_id="once", name="Once", kind="allow_once")],
+            )
+            log_call("permission", outcome=getattr(response.outcome, "option_id", None) or response.outcome.outcome)
+            await asyncio.sleep(0.02)
+
+    async def do_usageloop(self, arg: str) -> None:
+        """`usageloop:S`: for S seconds, a `usage_update` every 20 ms and nothing else; stops at a cancel."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(arg)
+        while not self.cancel.is_set() and loop.time() < deadline:
+            await self.conn.session_update(self.sid, UsageUpdate(session_update="usage_update", used=1, size=10))
+            await asyncio.sleep(0.02)
+
     async def do_slow(self, arg: str) -> None:
         """`slow:N`: N ticks, 0.05 s apart; stops at a cancel."""
         for i in range(int(arg)):

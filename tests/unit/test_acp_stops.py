@@ -150,6 +150,22 @@ async def test_activity_keeps_the_watchdog_away(tmp_path: Path) -> None:
     assert h.calls("session/cancel") == []
 
 
+@pytest.mark.parametrize("directive", ["permloop", "usageloop"])
+async def test_requests_and_notifications_without_progress_do_not_keep_the_watchdog_away(
+    tmp_path: Path, directive: str
+) -> None:
+    # Only the turn's progress (text, thoughts, tool calls, plans) is activity: an agent asking permission
+    # in a loop, or sending usage updates, while the turn goes nowhere is idle (gate.PROGRESS).
+    async with acp_runtime(tmp_path, idle_timeout=0.5, cancel_grace=5) as h:
+        started = time.monotonic()
+        error, lines = await h.failing_turn(f"say:asking {directive}:30", IdleTimeout)
+        assert time.monotonic() - started < 10
+        assert_failed_result(error, lines)
+        assert len(h.calls("session/cancel")) == 1
+    if directive == "permloop":
+        assert len(h.calls("permission")) >= 5  # it did ask, many times, before the watchdog stopped it
+
+
 async def test_silent_agent_deaf_to_the_cancel_is_killed(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path, idle_timeout=0.5, cancel_grace=0.5) as h:
         error, lines = await h.failing_turn("ignorecancel:30", IdleKilled)

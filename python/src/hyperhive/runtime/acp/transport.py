@@ -30,7 +30,10 @@ from hyperhive.runtime.errors import ProtocolError
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
-DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+# One message from the agent costs about five times its size at its peak (the buffered line, its text,
+# the parsed models, the stream-json line written out): 16 MiB keeps the service under ~200 MiB for the
+# largest line it accepts, and is far above any real message (a whole 1M-token context is ~4 MB of text).
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 _EXCERPT = 200
 # While updates are consumed here without returning to the SDK, let the rest of the loop run this often.
 _YIELD_EVERY = 16
