@@ -320,6 +320,7 @@ class Agent:
             return self.turn_exit_mid_turn(session_id, msg_id)
         return self.turn_polite(session_id, msg_id)
 
+    turn_escaped_grandchild = turn_grandchild
     turn_exit_between_turns = turn_polite
     turn_exit_mid_load = turn_polite
     turn_replay_huge = turn_polite
@@ -336,16 +337,19 @@ def replay_burst(session_id: str, count: int, text: str) -> None:
         )
 
 
-def start_grandchild() -> None:
-    # Inherits stdin, stdout and stderr (the pipes to the service) and stays in our process group.
-    child = subprocess.Popen(["sleep", "300"], close_fds=False)
-    note(PIDS, pid=child.pid, role="grandchild")
+def start_grandchild(*, escape: bool = False) -> None:
+    # Inherits stdin, stdout and stderr (the pipes to the service); stays in our process group unless
+    # `escape` (a new session, as a daemon would: out of reach of a signal to our group).
+    child = subprocess.Popen(["sleep", "300"], close_fds=False, start_new_session=escape)
+    note(PIDS, pid=child.pid, role="escaped-grandchild" if escape else "grandchild")
 
 
 def main() -> None:
     note(PIDS, pid=os.getpid(), role="agent", mode=MODE)
     if MODE == "grandchild":
         start_grandchild()
+    if MODE == "escaped-grandchild":
+        start_grandchild(escape=True)
     Agent().run()
 
 

@@ -80,6 +80,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--auth-methods", default="", help="comma-separated auth method ids to offer (env_var: id=VAR)")
     p.add_argument("--require-auth", action="store_true", help="session/new: auth_required until authenticated")
     p.add_argument("--grandchild", action="store_true", help="start a `sleep` that shares its stdio and group")
+    p.add_argument(
+        "--escaped-grandchild", action="store_true", help="start a `sleep` sharing its stdio, in its own session"
+    )
     return p.parse_args()
 
 
@@ -427,9 +430,10 @@ class Turn:
         asyncio.get_running_loop().create_task(later())
 
 
-def start_grandchild() -> None:
-    child = subprocess.Popen(["sleep", "300"])  # inherits stdio and the process group
-    Path("grandchild.pid").write_text(str(child.pid), encoding="utf-8")
+def start_grandchild(*, escape: bool = False) -> None:
+    # Inherits stdio; and the process group, unless it escapes into a session of its own as daemons do.
+    child = subprocess.Popen(["sleep", "300"], start_new_session=escape)
+    Path("escaped.pid" if escape else "grandchild.pid").write_text(str(child.pid), encoding="utf-8")
 
 
 async def main() -> None:
@@ -438,6 +442,8 @@ async def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.grandchild:
         start_grandchild()
+    if args.escaped_grandchild:
+        start_grandchild(escape=True)
     agent = FakeAgent(args)
     await run_agent(agent, use_unstable_protocol=True)
     log_call("eof", open_sessions=sorted(agent.open_sessions))

@@ -4,6 +4,7 @@ crashes, protocol errors, refused agents, the shutdown ladder, and no process le
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -197,6 +198,26 @@ async def test_agent_dying_mid_turn_fails_the_turn_with_its_exit_code_and_stderr
     assert len(h.agent_pids()) == 2
     assert h.calls("session/load") == []
     assert len(h.calls("session/new")) == 2
+
+
+async def test_agent_dying_while_an_escaped_grandchild_holds_its_pipes_fails_the_turn_without_waiting_for_eof(
+    tmp_path: Path,
+) -> None:
+    # A daemon that left the agent's process group (setsid) is out of reach of the group kill, so the pipes
+    # never reach EOF: the agent's exit itself must end the wire, or the turn hangs until the watchdog.
+    async with acp_runtime(tmp_path, "--escaped-grandchild", idle_timeout=30) as h:
+        try:
+            started = time.monotonic()
+            error, lines = await h.failing_turn("say:partial crash", AgentExited)
+            assert time.monotonic() - started < 10
+            assert error.data["exit_code"] == 3
+            assert_failed_result(error, lines)
+            after, _ = await h.turn("say:after")
+            assert after.result == "after"
+        finally:
+            escaped = int((h.workdir / "escaped.pid").read_text())
+            if alive(escaped):  # a daemon of its own session is not ours to kill: the test cleans up
+                os.kill(escaped, signal.SIGKILL)
 
 
 async def test_json_rpc_error_on_the_prompt_fails_the_turn_with_the_agents_message(tmp_path: Path) -> None:

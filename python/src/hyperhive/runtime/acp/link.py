@@ -67,6 +67,8 @@ AUTH_VARIABLE = "HIVE_ACP_AUTH_METHOD"
 STDERR_TAIL_BYTES = 8 * 1024
 # How long what is left of the agent's group gets between TERM and KILL once the agent itself is gone.
 _LEFTOVER_GRACE = 1.0
+# After the agent's exit, how long its pipes get to reach EOF before the link ends them itself.
+_EXIT_SETTLE = _LEFTOVER_GRACE + 1.0
 
 
 def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
@@ -144,7 +146,25 @@ class AgentLink:
         self.init: InitializeResponse | None = None
         self.session_id: str | None = None
         self._closed = False
-        self._supervisor = asyncio.create_task(child.supervise(), name=f"acp agent {child.pid}")
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"acp agent {child.pid}")
+
+    async def _supervise(self) -> None:
+        """The child's supervision (stderr, reaping, its group's leftovers), and the end of the wire at its
+        exit: once the agent is reaped and its group ended, the pipes reach EOF, unless a process outside
+        the group (a daemon in a session of its own) holds them; then, after `_EXIT_SETTLE` for the reader
+        to take what the agent wrote, they are closed here, and the turn in flight fails with the exit
+        (`AgentExited`) instead of waiting for an EOF that never comes."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.child.supervise)
+            await self.child.exited.wait()
+            with anyio.move_on_after(_EXIT_SETTLE):
+                await self.transport.ended.wait()
+            if not self.transport.ended.is_set():
+                await self.transport.abort()
+            with anyio.move_on_after(_EXIT_SETTLE):
+                await self.child.stderr_done.wait()
+            if not self.child.stderr_done.is_set() and self.child.stderr is not None:
+                await self.child.stderr.aclose()  # the drain then ends, with what it read
 
     # -- start ------------------------------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ class LineTransport:
         self._requests: dict[int | str, str] = {}
         self.failure: ProtocolError | None = None
         self.eof = False
+        self.ended = anyio.Event()  # set once `receive` has returned its None (EOF, failure or abort)
         self._stdin_closed = False
         self._consumed = 0
 
@@ -93,6 +94,20 @@ class LineTransport:
 
     async def receive(self) -> Message | None:
         """The next message, or None at the end: EOF, or a protocol failure (then `failure` says which)."""
+        message = await self._receive()
+        if message is None:
+            self.ended.set()
+        return message
+
+    async def abort(self) -> None:
+        """Stop reading now, as at EOF: the agent is gone, but something outside its process group (a daemon
+        it started in a session of its own) still holds its stdout open, so EOF may never come."""
+        if not self.ended.is_set():
+            logger.warning("%s exited but its stdout is still held open: ending the connection", self._agent)
+            with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                await self._reader.aclose()
+
+    async def _receive(self) -> Message | None:
         while True:
             if self.failure is not None or self.eof:
                 return None
