@@ -14,6 +14,8 @@ Every case ends with the same four checks, measured and recorded:
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sqlite3
 import threading
@@ -148,13 +150,15 @@ class Run:
     rss_mib: float = 0.0
     turns: list[dict[str, Any]] = field(default_factory=list)
     agents: list[dict[str, Any]] = field(default_factory=list)
+    escaped_left: int = 0
 
     def figure(self, extra: str = "") -> str:
-        left = [p["pid"] for p in self.agents if alive(p["pid"])]
+        left = [p["pid"] for p in self.agents if alive(p["pid"]) and p["role"] != "escaped-grandchild"]
+        cli = f" (CLI {self.cli_seconds:.2f} s)" if self.cli_seconds else ""
         parts = [
             f"peak RSS {self.rss_mib:.0f} MiB",
-            f"status {self.probe.worst * 1000:.0f} ms worst of {self.probe.count} (CLI {self.cli_seconds:.2f} s)",
-            f"{len(self.agents)} agent processes, {len(left)} left",
+            f"status {self.probe.worst * 1000:.0f} ms worst of {self.probe.count}{cli}",
+            f"{len(self.agents)} processes of the agent's, {len(left) + self.escaped_left} left",
         ]
         return "; ".join([*([extra] if extra else []), *parts])
 
@@ -187,7 +191,13 @@ def hostile_service(tmp_path: Path, mode: str, *, once: bool = True, **env: str)
     assert probe.worst < STATUS_BOUND_S, f"status took {probe.worst:.2f} s"
     assert run.cli_seconds < CLI_STATUS_BOUND_S
     assert run.rss_mib < RSS_BOUND_MIB, f"peak RSS {run.rss_mib:.0f} MiB"
-    left = [p for p in run.agents if alive(p["pid"])]
+    for p in run.agents:
+        if p["role"] == "escaped-grandchild" and alive(p["pid"]):
+            # Out of the agent's process group by its own doing: no group signal reaches it, only a cgroup
+            # would (see the escaped-grandchild test). Counted, then cleaned up here.
+            run.escaped_left += 1
+            os.kill(p["pid"], signal.SIGKILL)
+    left = [p for p in run.agents if alive(p["pid"]) and p["role"] != "escaped-grandchild"]
     assert not left, f"processes outlived the service: {left}"
 
 
@@ -437,5 +447,28 @@ def test_grandchild_holding_the_pipes_does_not_hide_the_agents_death(tmp_path: P
         "ACP agent leaves a grandchild holding its stdout/stderr, then exits mid-turn",
         "turn failed at once (not at the 30 s idle timeout) naming the exit; grandchild killed with the group; "
         "retry answered; status < 1 s; no process left after stop",
+        run.figure(f"death seen in {took:.1f} s"),
+    )
+
+
+def test_daemon_escaped_from_the_group_holding_the_pipes_does_not_hang_the_turn(tmp_path: Path, record: Record) -> None:
+    # The grandchild starts a session of its own (as a daemon would), so the group kill misses it and the
+    # pipes never reach EOF: the agent's exit itself must end the turn (AgentLink._supervise).
+    with hostile_service(tmp_path, "escaped-grandchild", HIVE_IDLE_TIMEOUT="30") as run:
+        send(run.svc)
+        assert wait_turn(run, 1)["outcome"] == "answered"
+        started = time.monotonic()
+        send(run.svc)
+        second = wait_turn(run, 2)
+        took = time.monotonic() - started
+        assert second["outcome"] == "failed" and "exited with exit code 7" in second["error"], second
+        assert took < 10, f"the agent's death took {took:.1f} s to end the turn"
+        assert wait_turn(run, 3)["outcome"] == "answered"
+    assert run.escaped_left == 1
+    record(
+        "ACP agent leaves a daemon in a session of its own holding its stdout/stderr, then exits mid-turn",
+        "turn failed naming the exit, well before the 30 s idle timeout (the link ends the wire 2 s after the "
+        "exit); retry answered; status < 1 s. KNOWN LIMIT: the escaped daemon is outside the agent's group, "
+        "so it is left running (the test kills it); only a cgroup would contain it",
         run.figure(f"death seen in {took:.1f} s"),
     )
