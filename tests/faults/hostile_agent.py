@@ -18,6 +18,7 @@ Modes (what goes wrong):
 - `unknown-methods`: a request and notifications for methods nobody knows, then a normal answer;
 - `colliding-ids`: requests to us whose ids equal the id of our pending `session/prompt`, and a response
   to nothing, then a normal answer;
+- `protocol-abuse`: `unknown-methods`, then `colliding-ids`, in one turn;
 - `exit-mid-turn`: says a word and exits 7;
 - `exit-between-turns`: answers, then exits 0.2 s later;
 - `exit-mid-load`: answers, exits between turns, and the next process exits 9 in the middle of
@@ -26,7 +27,8 @@ Modes (what goes wrong):
 - `replay-huge`: answers, exits between turns; `session/load` replays `HOSTILE_UPDATES` (default 200,000)
   updates before answering;
 - `grandchild`: starts a `sleep` that holds its stdout and stderr, then in its second turn exits 7
-  mid-turn, the grandchild keeping the pipes open.
+  mid-turn, the grandchild keeping the pipes open;
+- `escaped-grandchild`: the same, but the `sleep` starts a session of its own (out of the agent's group).
 
 With HOSTILE_ONCE=1 only the first agent process misbehaves (the service's next one is polite). Every
 process it runs appends `{"pid", "role"}` to `hostile-pids.jsonl` in its working directory, and
@@ -319,6 +321,10 @@ class Agent:
         if self.prompts >= 2:
             return self.turn_exit_mid_turn(session_id, msg_id)
         return self.turn_polite(session_id, msg_id)
+
+    def turn_protocol_abuse(self, session_id: str, msg_id: int) -> str | None:
+        self.turn_unknown_methods(session_id, msg_id)
+        return self.turn_colliding_ids(session_id, msg_id)
 
     turn_escaped_grandchild = turn_grandchild
     turn_exit_between_turns = turn_polite
