@@ -11,8 +11,10 @@ saying `ok`), `session/cancel` (the prompt then answers `cancelled`), and exits 
 Modes (what goes wrong):
 - `no-init`: never answers `initialize` (and stays up after EOF);
 - `deaf-cancel`: says a word, then goes silent and ignores `session/cancel`;
-- `flood`: 100,000 `session/update`s a second for `HOSTILE_SECONDS` (default 2) s, alternating message
-  and thought chunks (each one closes a block: one stream-json line per update, the sink's worst case);
+- `flood`: 100,000 `session/update`s a second for `HOSTILE_SECONDS` (default 2) s (written in 50 ms
+  slices; a full pipe blocks the agent, which is the service's back-pressure): message chunks, or with
+  HOSTILE_FLOOD=blocks message and thought chunks in turn (each closes a block: one stream-json line per
+  update, the sinks' worst case);
 - `huge-line`: one agent message chunk of `HOSTILE_BYTES` (default 20 MB) on a single line;
 - `malformed`: a line that is not JSON in the middle of a turn;
 - `unknown-methods`: a request and notifications for methods nobody knows, then a normal answer;

@@ -148,7 +148,6 @@ class Run:
     probe: StatusProbe
     cli_seconds: float = 0.0
     rss_mib: float = 0.0
-    turns: list[dict[str, Any]] = field(default_factory=list)
     agents: list[dict[str, Any]] = field(default_factory=list)
     escaped_left: int = 0
 
@@ -173,7 +172,7 @@ def hostile_service(tmp_path: Path, mode: str, *, once: bool = True, **env: str)
         "HIVE_CANCEL_GRACE": "1",
         "HIVE_ACP_START_TIMEOUT": "3",
         # A replay longer than the start timeout would be a failed load (and a new session): see that test.
-        **({"HIVE_ACP_START_TIMEOUT": "60"} if mode == "replay-huge" else {}),
+        **({"HIVE_ACP_START_TIMEOUT": str(soak(60, 600))} if mode == "replay-huge" else {}),
         "HOSTILE_ONCE": "1" if once else "0",
         **env,
     }
@@ -183,7 +182,6 @@ def hostile_service(tmp_path: Path, mode: str, *, once: bool = True, **env: str)
         with probe.running():
             yield run
             run.rss_mib = peak_rss_mib(svc.proc.pid)
-            run.turns = turns(svc)
         assert svc.stop() == 0, svc.text()
     run.agents = pids(svc)
     assert run.agents, "the agent never ran"
@@ -228,12 +226,9 @@ def during_the_turn(run: Run) -> None:
     run.cli_seconds = max(run.cli_seconds, cli_status_seconds(run.svc))
 
 
-def agents_gone(run: Run, *, keep_last: bool) -> None:
-    """Every agent process but the running one (and every child of theirs) is gone already."""
-    rows = pids(run.svc)
-    last_agent = max((i for i, p in enumerate(rows) if p["role"] == "agent"), default=-1)
-    old = [p for i, p in enumerate(rows) if not (keep_last and i >= last_agent)]
-    left = [p for p in old if alive(p["pid"])]
+def agents_gone(run: Run) -> None:
+    """Every process the agent (and any earlier one) ran is gone already."""
+    left = [p for p in pids(run.svc) if alive(p["pid"])]
     assert not left, f"a replaced agent's processes are still running: {left}"
 
 
@@ -263,10 +258,11 @@ def test_misbehaving_agent_fails_its_turn_and_is_replaced(tmp_path: Path, record
         took = time.monotonic() - started
         assert first["outcome"] == "failed", first
         assert expected in first["error"], first["error"]
-        agents_gone(run, keep_last=False)  # replaced means killed: nothing of it runs any more
+        agents_gone(run)  # replaced means killed: nothing of it runs any more
         retry = wait_turn(run, 2)
         assert retry["outcome"] == "answered" and retry["stop_reason"] == "end_turn", retry
         assert retry["wake_ids"] == first["wake_ids"]
+    assert len([p for p in run.agents if p["role"] == "agent"]) == 2  # the retry's agent is a fresh one
     extra = f"turn failed in {took:.1f} s, retry answered by a fresh agent"
     if mode == "permission-loop":
         (loop,) = events(run.svc, "permission-loop")
@@ -399,7 +395,7 @@ def test_huge_history_replayed_on_load_is_dropped_with_bounded_memory(tmp_path: 
         started = time.monotonic()
         send_again(run.svc, "second")
         during_the_turn(run)
-        second = wait_turn(run, 2, within=60)
+        second = wait_turn(run, 2, within=soak(60, 600))
         took = time.monotonic() - started
     assert first["outcome"] == second["outcome"] == "answered"
     assert second["session_id"] == first["session_id"]
