@@ -26,6 +26,8 @@ Modes (what goes wrong):
 - `exit-mid-load`: answers, exits between turns, and the next process exits 9 in the middle of
   `session/load`'s replay;
 - `permission-loop`: asks permission again and again without any progress, until cancelled;
+- `request-flood`: writes `HOSTILE_REQUESTS` (default 20,000) permission requests at once and reads
+  nothing meanwhile (not our answers, not our cancel);
 - `replay-huge`: answers, exits between turns; `session/load` replays `HOSTILE_UPDATES` (default 200,000)
   updates before answering;
 - `grandchild`: starts a `sleep` that holds its stdout and stderr, then in its second turn exits 7
@@ -207,6 +209,9 @@ class Agent:
     def prompt_in_background(self, msg_id: int, params: dict[str, Any]) -> None:
         self.cancelled.clear()
         self.prompts += 1
+        if MODE == "request-flood":  # on the reading thread: nothing we are sent is read meanwhile
+            self.prompt(msg_id, params)
+            return
         threading.Thread(target=self.prompt, args=(msg_id, params), daemon=True).start()
 
     def prompt(self, msg_id: int, params: dict[str, Any]) -> None:
@@ -302,6 +307,29 @@ class Agent:
         sys.stderr.flush()
         time.sleep(0.1)
         os._exit(7)
+
+    def turn_request_flood(self, session_id: str, msg_id: int) -> str | None:
+        count = int(os.environ.get("HOSTILE_REQUESTS", "20000"))
+        template = {
+            "jsonrpc": "2.0",
+            "method": "session/request_permission",
+            "params": {
+                "sessionId": session_id,
+                "toolCall": {"toolCallId": "flood", "title": "bash"},
+                "options": [{"optionId": "once", "name": "Once", "kind": "allow_once"}],
+            },
+        }
+        batch = 5000
+        for start in range(0, count, batch):
+            write_raw(
+                b"".join(
+                    json.dumps({**template, "id": 10_000 + i}, separators=(",", ":")).encode() + b"\n"
+                    for i in range(start, min(count, start + batch))
+                )
+            )
+        note(EVENTS, event="request-flood", requests=count)
+        say(session_id, "flooded")
+        return "end_turn"
 
     def turn_permission_loop(self, session_id: str, msg_id: int) -> str | None:
         say(session_id, "asking")

@@ -244,6 +244,10 @@ FAILING = {
     "malformed": ("wrote a line to stdout that is not JSON", "sends malformed JSON mid-turn"),
     "exit-mid-turn": ("exited with exit code 7 in the middle of a turn", "exits mid-turn"),
     "permission-loop": ("made no progress for 2 s", "asks permission in a loop, with no progress"),
+    "request-flood": (
+        "did not answer the cancel within 1 s either and was killed",
+        "floods 20,000 requests at once and reads none of our answers",
+    ),
 }
 
 
