@@ -382,6 +382,22 @@ async def test_aclose_kills_an_agent_deaf_to_eof_and_sigterm(tmp_path: Path, cap
     assert 1.0 <= elapsed < 5.0  # both graces, and bounded
 
 
+async def test_an_sdk_task_that_failed_writing_to_the_dead_agent_does_not_escape_close(tmp_path: Path) -> None:
+    # The SDK's close() re-raises the error of a request-answering task that failed (the agent was killed
+    # while we answered it): before, that ConnectionError escaped the turn and crashed the service.
+    async with acp_runtime(tmp_path) as h:
+        await h.turn("say:x")
+        link = h.runtime._link
+        assert link is not None
+
+        async def failed_task_shutdown() -> None:
+            raise ConnectionError("cannot write to the agent: the reader is gone")
+
+        link.conn._conn._tasks.shutdown = failed_task_shutdown  # type: ignore[method-assign]
+        await link.kill()  # what the watchdog does to an agent deaf to the cancel
+        assert not alive(h.agent_pids()[0])
+
+
 async def test_aclose_leaves_no_grandchild_behind(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path, "--grandchild") as h:
         await h.turn("say:x")

@@ -487,9 +487,14 @@ class AgentLink:
             await self.child.kill()
             # A scan of /proc (about 0.1 ms a process): off the event loop.
             await anyio.to_thread.run_sync(kill_pipe_holders, self._pipes, self.label)
-            # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks.
+            # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks; it also
+            # re-raises the error of a task that already failed (an answer to the agent's request that the
+            # dead agent could not take), which must not take the turn, and the service, down with it.
             with anyio.move_on_after(2.0):
-                await self.conn.close()
+                try:
+                    await self.conn.close()
+                except Exception as exc:
+                    logger.info("%s: closing the connection: %r", self.label, exc)
             await self.child.aclose()  # lets the drain read stderr to its end (bounded), closes the pipes
             self._supervisor.cancel()
             try:
