@@ -80,6 +80,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--auth-methods", default="", help="comma-separated auth method ids to offer (env_var: id=VAR)")
     p.add_argument("--require-auth", action="store_true", help="session/new: auth_required until authenticated")
     p.add_argument("--grandchild", action="store_true", help="start a `sleep` that shares its stdio and group")
+    p.add_argument(
+        "--escaped-grandchild", action="store_true", help="start a `sleep` sharing its stdio, in its own session"
+    )
     return p.parse_args()
 
 
@@ -340,6 +343,27 @@ class Turn:
         await self.say(f"perm:{await self._permission()}")
         self.cancel.set()
 
+    async def do_permloop(self, arg: str) -> None:
+        """`permloop:S`: for S seconds, ask permission again and again with no update at all; stops at a cancel."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(arg)
+        while not self.cancel.is_set() and loop.time() < deadline:
+            response = await self.conn.request_permission(
+                session_id=self.sid,
+                tool_call=ToolCallUpdate(tool_call_id="call_loop", title="bash"),
+                options=[PermissionOption(option_id="once", name="Once", kind="allow_once")],
+            )
+            log_call("permission", outcome=getattr(response.outcome, "option_id", None) or response.outcome.outcome)
+            await asyncio.sleep(0.02)
+
+    async def do_usageloop(self, arg: str) -> None:
+        """`usageloop:S`: for S seconds, a `usage_update` every 20 ms and nothing else; stops at a cancel."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(arg)
+        while not self.cancel.is_set() and loop.time() < deadline:
+            await self.conn.session_update(self.sid, UsageUpdate(session_update="usage_update", used=1, size=10))
+            await asyncio.sleep(0.02)
+
     async def do_slow(self, arg: str) -> None:
         """`slow:N`: N ticks, 0.05 s apart; stops at a cancel."""
         for i in range(int(arg)):
@@ -406,9 +430,10 @@ class Turn:
         asyncio.get_running_loop().create_task(later())
 
 
-def start_grandchild() -> None:
-    child = subprocess.Popen(["sleep", "300"])  # inherits stdio and the process group
-    Path("grandchild.pid").write_text(str(child.pid), encoding="utf-8")
+def start_grandchild(*, escape: bool = False) -> None:
+    # Inherits stdio; and the process group, unless it escapes into a session of its own as daemons do.
+    child = subprocess.Popen(["sleep", "300"], start_new_session=escape)
+    Path("escaped.pid" if escape else "grandchild.pid").write_text(str(child.pid), encoding="utf-8")
 
 
 async def main() -> None:
@@ -417,6 +442,8 @@ async def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.grandchild:
         start_grandchild()
+    if args.escaped_grandchild:
+        start_grandchild(escape=True)
     agent = FakeAgent(args)
     await run_agent(agent, use_unstable_protocol=True)
     log_call("eof", open_sessions=sorted(agent.open_sessions))

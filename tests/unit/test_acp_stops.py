@@ -4,6 +4,7 @@ crashes, protocol errors, refused agents, the shutdown ladder, and no process le
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -150,6 +151,22 @@ async def test_activity_keeps_the_watchdog_away(tmp_path: Path) -> None:
     assert h.calls("session/cancel") == []
 
 
+@pytest.mark.parametrize("directive", ["permloop", "usageloop"])
+async def test_requests_and_notifications_without_progress_do_not_keep_the_watchdog_away(
+    tmp_path: Path, directive: str
+) -> None:
+    # Only the turn's progress (text, thoughts, tool calls, plans) is activity: an agent asking permission
+    # in a loop, or sending usage updates, while the turn goes nowhere is idle (gate.PROGRESS).
+    async with acp_runtime(tmp_path, idle_timeout=0.5, cancel_grace=5) as h:
+        started = time.monotonic()
+        error, lines = await h.failing_turn(f"say:asking {directive}:30", IdleTimeout)
+        assert time.monotonic() - started < 10
+        assert_failed_result(error, lines)
+        assert len(h.calls("session/cancel")) == 1
+    if directive == "permloop":
+        assert len(h.calls("permission")) >= 5  # it did ask, many times, before the watchdog stopped it
+
+
 async def test_silent_agent_deaf_to_the_cancel_is_killed(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path, idle_timeout=0.5, cancel_grace=0.5) as h:
         error, lines = await h.failing_turn("ignorecancel:30", IdleKilled)
@@ -181,6 +198,28 @@ async def test_agent_dying_mid_turn_fails_the_turn_with_its_exit_code_and_stderr
     assert len(h.agent_pids()) == 2
     assert h.calls("session/load") == []
     assert len(h.calls("session/new")) == 2
+
+
+async def test_agent_dying_while_an_escaped_grandchild_holds_its_pipes_fails_the_turn_without_waiting_for_eof(
+    tmp_path: Path,
+) -> None:
+    # A daemon that left the agent's process group (setsid) is out of reach of the group kill, so the pipes
+    # never reach EOF: the agent's exit itself must end the wire, or the turn hangs until the watchdog.
+    async with acp_runtime(tmp_path, "--escaped-grandchild", idle_timeout=30) as h:
+        try:
+            started = time.monotonic()
+            error, lines = await h.failing_turn("say:partial crash", AgentExited)
+            assert time.monotonic() - started < 10
+            assert error.data["exit_code"] == 3
+            assert_failed_result(error, lines)
+            # Out of reach of the group kill, but found holding the agent's pipes, and killed.
+            assert not alive(int((h.workdir / "escaped.pid").read_text()))
+            after, _ = await h.turn("say:after")
+            assert after.result == "after"
+        finally:
+            escaped = int((h.workdir / "escaped.pid").read_text())
+            if alive(escaped):  # do not leave it running when the test fails
+                os.kill(escaped, signal.SIGKILL)
 
 
 async def test_json_rpc_error_on_the_prompt_fails_the_turn_with_the_agents_message(tmp_path: Path) -> None:
@@ -341,6 +380,22 @@ async def test_aclose_kills_an_agent_deaf_to_eof_and_sigterm(tmp_path: Path, cap
     code, elapsed, _ = await shutdown(tmp_path, caplog, "--ignore-eof", "--ignore-term", "--grandchild", grace=0.5)
     assert code == -signal.SIGKILL
     assert 1.0 <= elapsed < 5.0  # both graces, and bounded
+
+
+async def test_an_sdk_task_that_failed_writing_to_the_dead_agent_does_not_escape_close(tmp_path: Path) -> None:
+    # The SDK's close() re-raises the error of a request-answering task that failed (the agent was killed
+    # while we answered it): before, that ConnectionError escaped the turn and crashed the service.
+    async with acp_runtime(tmp_path) as h:
+        await h.turn("say:x")
+        link = h.runtime._link
+        assert link is not None
+
+        async def failed_task_shutdown() -> None:
+            raise ConnectionError("cannot write to the agent: the reader is gone")
+
+        link.conn._conn._tasks.shutdown = failed_task_shutdown  # type: ignore[method-assign]
+        await link.kill()  # what the watchdog does to an agent deaf to the cancel
+        assert not alive(h.agent_pids()[0])
 
 
 async def test_aclose_leaves_no_grandchild_behind(tmp_path: Path) -> None:

@@ -17,7 +17,13 @@ from acp.schema import PermissionOption, SessionNotification, Usage
 
 from hyperhive.runtime.acp import Translator, choose_option, mcp_tool_name, tool_name
 from hyperhive.runtime.acp.gate import TurnFeed, UpdateGate
-from hyperhive.runtime.acp.translate import UNFINISHED_TOOL_RESULT, usage_fields
+from hyperhive.runtime.acp.translate import (
+    BLOCK_MAX_CHARS,
+    RESULT_CUT,
+    RESULT_MAX_CHARS,
+    UNFINISHED_TOOL_RESULT,
+    usage_fields,
+)
 from hyperhive.runtime.acp.turn import TurnControl
 from hyperhive.runtime.stream import (
     AssistantLine,
@@ -332,6 +338,28 @@ def test_usage_and_other_updates_do_not_split_a_text_block() -> None:
     )
     assert lines == [("text", "one two")]
     assert translator.context_usage == ContextUsage(used=1, size=2)
+
+
+def test_a_flood_of_text_chunks_is_reported_in_bounded_blocks_as_it_comes() -> None:
+    # A hostile agent's flood of chunks must not be held whole until the turn ends (tests/faults).
+    translator = Translator(session_id="s", model="agent")
+    piece = "0123456789" * 10
+    total = 5 * BLOCK_MAX_CHARS // 2
+    early: list[str] = []
+    for _ in range(total // len(piece)):
+        for line in translator.feed(SessionNotification.model_validate(chunk(piece)).update):
+            early.append(picture(line)[1])
+    late = [picture(line)[1] for line in translator.finish()]
+    assert len(early) == 2 and len(late) == 1  # two full blocks while it flooded, the rest at the end
+    assert all(len(text) < BLOCK_MAX_CHARS + len(piece) for text in early + late)
+    assert "".join(early + late) == piece * (total // len(piece))  # nothing lost, no separator inserted
+    # The result keeps the beginning, contiguous across the cut blocks, and says it was cut.
+    assert translator.text == (piece * (total // len(piece)))[:RESULT_MAX_CHARS] + RESULT_CUT
+
+
+def test_result_text_joins_separate_blocks_with_a_blank_line() -> None:
+    translator, _ = translate([chunk("one"), chunk("hm", "agent_thought_chunk"), chunk("two")])
+    assert translator.text == "one\n\ntwo"
 
 
 def test_non_text_message_content_is_not_reported() -> None:

@@ -106,6 +106,22 @@ def test_acp_auth_method_set_blank_or_padded_is_refused(tmp_path: Path, raw: str
     assert "unset" in err.value.problems["HIVE_ACP_AUTH_METHOD"]
 
 
+def test_acp_start_timeout_defaults_to_60_s_reaches_the_runtime_and_is_validated(tmp_path: Path) -> None:
+    from hyperhive.runtime import make_runtime
+    from hyperhive.runtime.acp import AcpRuntime
+    from hyperhive.store import Store
+
+    assert load_config({"HIVE_WORKDIR": str(tmp_path)}).acp_start_timeout == 60
+    env = {"HIVE_WORKDIR": str(tmp_path), "HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": "agent"}
+    config = load_config({**env, "HIVE_ACP_START_TIMEOUT": "2.5"})
+    with Store(tmp_path / "db") as store:
+        runtime = make_runtime(config, store)
+        assert isinstance(runtime, AcpRuntime) and runtime.start_timeout == 2.5
+    with pytest.raises(ConfigError) as err:
+        load_config({**env, "HIVE_ACP_START_TIMEOUT": "0"})
+    assert list(err.value.problems) == ["HIVE_ACP_START_TIMEOUT"]
+
+
 def test_acp_runtime_requires_its_command(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config({"HIVE_RUNTIME": "acp", "HIVE_WORKDIR": str(tmp_path)})

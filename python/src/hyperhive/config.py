@@ -24,6 +24,7 @@ Runtime = Literal["claude", "acp"]
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_CANCEL_GRACE = 10.0
+DEFAULT_ACP_START_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class Config:
     acp_permission_policy: Literal["allow", "deny"] = "allow"
     # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
     acp_auth_method: str | None = None
+    # Bound on each start-up step of an ACP agent (initialize, authenticate, session/new|load).
+    acp_start_timeout: float = DEFAULT_ACP_START_TIMEOUT
     # None: HIVE_MCP_SERVERS unset, or not read (`hyperhive bash-mcp` never reads it).
     mcp_servers: McpServers | None = None
     state_dir: Path = field(default_factory=lambda: Path(".hyperhive").absolute())
@@ -192,6 +195,7 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         r.problems["HIVE_ACP_PERMISSION_POLICY"] = f"must be 'allow' or 'deny', got {policy!r}"
         policy = "allow"
     acp_auth_method = r.auth_method("HIVE_ACP_AUTH_METHOD")
+    acp_start_timeout = r.seconds("HIVE_ACP_START_TIMEOUT", DEFAULT_ACP_START_TIMEOUT)
 
     mcp_servers = None
     mcp_path = r.get("HIVE_MCP_SERVERS") if read_mcp_servers else None
@@ -232,6 +236,7 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         "acp_env": acp_env,
         "acp_permission_policy": policy,
         "acp_auth_method": acp_auth_method,
+        "acp_start_timeout": acp_start_timeout,
         "mcp_servers": mcp_servers,
         "state_dir": state_dir,
         "workdir": workdir,

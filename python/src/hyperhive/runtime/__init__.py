@@ -21,7 +21,12 @@ def make_runtime(config: Config, store: Store) -> Runtime:
     if config.runtime == "acp":
         from hyperhive.runtime.acp import AcpRuntime
 
-        return AcpRuntime(config, store, permission_policy=config.acp_permission_policy)
+        return AcpRuntime(
+            config,
+            store,
+            permission_policy=config.acp_permission_policy,
+            start_timeout=config.acp_start_timeout,
+        )
     from hyperhive.runtime.claude import ClaudeRuntime
 
     return ClaudeRuntime(config, store)

@@ -23,11 +23,11 @@ class Unsupported(TurnError):
 
 
 class IdleTimeout(TurnError):
-    """No stream activity for the idle timeout; the turn was stopped."""
+    """No progress for the idle timeout (claude: no stdout; ACP: no text, thought, tool or plan update)."""
 
     def __init__(self, idle_secs: float, runtime: str, **data: Any) -> None:
         super().__init__(
-            f"the {runtime} agent sent nothing for {idle_secs:g} s (HIVE_IDLE_TIMEOUT), so the turn was stopped. "
+            f"the {runtime} agent made no progress for {idle_secs:g} s (HIVE_IDLE_TIMEOUT), so the turn was stopped. "
             "A provider error that the agent retries without reporting it (such as HTTP 429 rate limiting) "
             "looks exactly like this: check the agent's log and the provider's status.",
             idle_secs=idle_secs,

@@ -9,6 +9,12 @@ it to a task of its own, so this holds exactly, with no timing involved:
   wait for them);
 - what comes after a prompt's answer (opencode sends `available_commands_update` after a load's answer,
   a late update after a cancel) belongs to no turn and is dropped too.
+
+The gate also decides what the idle watchdog counts as activity: only the turn's progress, the updates in
+`PROGRESS` (text, thoughts, tool calls, plans). Requests from the agent (`session/request_permission`,
+answered at once by policy; anything else it asks) and other notifications (usage, commands, modes) are
+not progress: an agent asking permission in a loop, or chattering about its modes, while the turn goes
+nowhere would otherwise never idle out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from hyperhive.runtime.acp.turn import TurnControl
 from hyperhive.runtime.stream import StreamLine
 
 logger = logging.getLogger("hyperhive.runtime.acp")
+
+# The `session/update` kinds that are the turn's progress, and so reset the idle watchdog.
+PROGRESS = frozenset(
+    {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "plan_update"}
+)
 
 
 class TurnFeed:
@@ -55,6 +66,8 @@ class TurnFeed:
         if note.session_id != self.session_id:
             logger.debug("ignored a session/update for another session %s", note.session_id)
             return
+        if note.update.session_update in PROGRESS:
+            self.control.touch()
         for line in self.translator.feed(note.update):
             self.emit(line)
 
@@ -107,6 +120,6 @@ class UpdateGate:
             if answered == "session/prompt" and message.get("id") == self._prompt_id:
                 self._open = False  # the answer closes the turn on the wire
             return
-        feed.control.touch()  # any message from the agent is activity, for the idle watchdog
+        # Only a valid update of the turn's progress resets the idle watchdog (see PROGRESS), in `update`.
         if message["method"] == "session/update":
             feed.update(message.get("params"))

@@ -13,7 +13,10 @@ blocks once the pipe fills, and (3) signal only the agent, not the MCP servers a
 the agent gets the harness's whole environment with `HIVE_ACP_ENV` over it, leads its own process group,
 its stderr goes to the `hyperhive.runtime.acp` logger (the last 8 KiB kept for error messages), and when it
 exits whatever is left of its group is stopped too (TERM, 1 s, KILL): nothing it started outlives it, and
-nothing holding its stdout open can hide its death from the reader. The child's one background job
+nothing holding its stdout open can hide its death from the reader. A process that left the group (a daemon
+in a session of its own) is out of reach of that kill: if it holds the agent's pipes, the link ends the wire
+itself 2 s after the agent's exit (`_supervise`), and `close()` kills every process still holding one of
+the agent's pipes (found in /proc by the pipes' inodes, signalled through a pidfd). The child's one background job
 (`Child.supervise`) lives as long as the agent, across turns, which no caller's task group does: it is a
 plain asyncio task (the SDK is asyncio anyway), cancelled and awaited in `close()`.
 """
@@ -21,8 +24,10 @@ plain asyncio task (the SDK is asyncio anyway), cancelled and awaited in `close(
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -67,6 +72,8 @@ AUTH_VARIABLE = "HIVE_ACP_AUTH_METHOD"
 STDERR_TAIL_BYTES = 8 * 1024
 # How long what is left of the agent's group gets between TERM and KILL once the agent itself is gone.
 _LEFTOVER_GRACE = 1.0
+# After the agent's exit, how long its pipes get to reach EOF before the link ends them itself.
+_EXIT_SETTLE = _LEFTOVER_GRACE + 1.0
 
 
 def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
@@ -84,6 +91,55 @@ def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
 
 class LoadFailed(Exception):
     """`session/load` did not work; the caller falls back to `session/new`."""
+
+
+def pipe_ids(child: Child) -> set[str]:
+    """How /proc names the agent's three pipes (`pipe:[inode]`), to find who else holds them."""
+    ids = set()
+    for stream in (child.stdin, child.stdout, child.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                ids.add(f"pipe:[{os.fstat(stream.fileno()).st_ino}]")
+    return ids
+
+
+def _holds(pid: int, pipes: set[str]) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone, or not ours to look at
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in pipes:
+                return True
+    return False
+
+
+def kill_pipe_holders(pipes: set[str], label: str) -> list[int]:
+    """SIGKILL every other process still holding one of the agent's pipes: once the agent and its group are
+    gone, only a process it started that left the group (a daemon in a session of its own) can. Through a
+    pidfd, checked again after it is opened, so a recycled pid is never hit."""
+    killed: list[int] = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me or not _holds(int(entry), pipes):
+            continue
+        pid = int(entry)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            if _holds(pid, pipes):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                killed.append(pid)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
+    if killed:
+        logger.warning("%s left processes outside its group holding its pipes: killed %s", label, killed)
+    return killed
 
 
 def agent_environment(extra: Mapping[str, str]) -> dict[str, str]:
@@ -144,7 +200,26 @@ class AgentLink:
         self.init: InitializeResponse | None = None
         self.session_id: str | None = None
         self._closed = False
-        self._supervisor = asyncio.create_task(child.supervise(), name=f"acp agent {child.pid}")
+        self._pipes = pipe_ids(child)
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"acp agent {child.pid}")
+
+    async def _supervise(self) -> None:
+        """The child's supervision (stderr, reaping, its group's leftovers), and the end of the wire at its
+        exit: once the agent is reaped and its group ended, the pipes reach EOF, unless a process outside
+        the group (a daemon in a session of its own) holds them; then, after `_EXIT_SETTLE` for the reader
+        to take what the agent wrote, they are closed here, and the turn in flight fails with the exit
+        (`AgentExited`) instead of waiting for an EOF that never comes."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.child.supervise)
+            await self.child.exited.wait()
+            with anyio.move_on_after(_EXIT_SETTLE):
+                await self.transport.ended.wait()
+            if not self.transport.ended.is_set():
+                await self.transport.abort()
+            with anyio.move_on_after(_EXIT_SETTLE):
+                await self.child.stderr_done.wait()
+            if not self.child.stderr_done.is_set() and self.child.stderr is not None:
+                await self.child.stderr.aclose()  # the drain then ends, with what it read
 
     # -- start ------------------------------------------------------------------------------------------
 
@@ -410,9 +485,16 @@ class AgentLink:
         self._closed = True
         with anyio.CancelScope(shield=True):
             await self.child.kill()
-            # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks.
+            # A scan of /proc (about 0.1 ms a process): off the event loop.
+            await anyio.to_thread.run_sync(kill_pipe_holders, self._pipes, self.label)
+            # The SDK's close rejects pending requests (ConnectionError) and cancels its own tasks; it also
+            # re-raises the error of a task that already failed (an answer to the agent's request that the
+            # dead agent could not take), which must not take the turn, and the service, down with it.
             with anyio.move_on_after(2.0):
-                await self.conn.close()
+                try:
+                    await self.conn.close()
+                except Exception as exc:
+                    logger.info("%s: closing the connection: %r", self.label, exc)
             await self.child.aclose()  # lets the drain read stderr to its end (bounded), closes the pipes
             self._supervisor.cancel()
             try:

@@ -6,10 +6,14 @@ updates real agents sent (tests/unit/test_acp_translate.py replays the captures)
 What it builds (design.md 3.4, "Translation"):
 - consecutive `agent_message_chunk` texts → one `assistant` line with one `text` block; thought chunks
   likewise → one `thinking` block. A block ends when the other kind starts, when a tool line is emitted,
-  when the agent starts a new message (`messageId` changes) or at the end of the turn;
+  when the agent starts a new message (`messageId` changes) or at the end of the turn, and a block that
+  reaches `BLOCK_MAX_CHARS` is reported then and continued in a new one (a flood of chunks is never held
+  whole: the open block's memory is bounded);
 - a tool call → an `assistant` line with a `tool_use` block once its input is known, then a `user` line
   with its `tool_result` when it completes or fails;
-- `usage_update` → the context usage reported in the turn's `result` line.
+- `usage_update` → the context usage reported in the turn's `result` line;
+- the turn's text, for the `result` line, keeps its first `RESULT_MAX_CHARS` characters (all of it is in
+  the text blocks).
 """
 
 from __future__ import annotations
@@ -203,11 +207,33 @@ def tool_content_text(items: Iterable[ToolContent]) -> str:
     return "\n".join(parts)
 
 
+# An open text or thinking block is reported once it holds this many characters, and goes on in a new block.
+BLOCK_MAX_CHARS = 1024 * 1024
+# The open block's chunks are joined every this many, so a flood of tiny chunks costs no object per chunk.
+_JOIN_EVERY = 1024
+# What the `result` line's text keeps of the turn's text blocks (their beginning), and what ends it when cut.
+RESULT_MAX_CHARS = 1024 * 1024
+RESULT_CUT = "\n\n[... cut: the rest of the turn's text is in its text blocks]"
+
+
 @dataclass
 class _Block:
     kind: str  # "text" or "thinking"
     message_id: str | None
-    parts: list[str] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)  # the latest chunks, joined into `joined` every _JOIN_EVERY
+    joined: list[str] = field(default_factory=list)
+    size: int = 0  # characters
+    continued: bool = False  # the rest of a block cut at BLOCK_MAX_CHARS
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+        if len(self.parts) >= _JOIN_EVERY:
+            self.joined.append("".join(self.parts))
+            self.parts.clear()
+
+    def text(self) -> str:
+        return "".join(self.joined) + "".join(self.parts)
 
 
 @dataclass
@@ -233,14 +259,16 @@ class Translator:
         self.model = model
         self.servers = tuple(mcp_servers)
         self.context_usage: ContextUsage | None = None
-        self._texts: list[str] = []
+        self._texts: list[str] = []  # the result's text, separators included
+        self._text_size = 0
+        self._text_cut = False
         self._open: _Block | None = None
         self._calls: dict[str, _ToolCall] = {}
 
     @property
     def text(self) -> str:
-        """Every text block of the turn, in order, separated by a blank line."""
-        return "\n\n".join(self._texts)
+        """Every text block of the turn, in order, separated by a blank line (its beginning, when huge)."""
+        return "".join(self._texts) + (RESULT_CUT if self._text_cut else "")
 
     def feed(self, update: SessionUpdate) -> list[StreamLine]:
         if isinstance(update, AgentMessageChunk):
@@ -282,23 +310,36 @@ class Translator:
         if block is None:
             block = self._open = _Block(kind, update.message_id)
         block.message_id = block.message_id or update.message_id
-        block.parts.append(update.content.text)
+        block.add(update.content.text)
+        if block.size >= BLOCK_MAX_CHARS:
+            lines += self._flush()
+            self._open = _Block(kind, block.message_id, continued=True)
         return lines
 
     def _flush(self) -> list[StreamLine]:
         block, self._open = self._open, None
         if block is None:
             return []
-        text = "".join(block.parts)
+        text = block.text()
         if not text:  # claude-agent-acp opens every message with an empty chunk
             return []
         content: TextBlock | ThinkingBlock
         if block.kind == "text":
-            self._texts.append(text)
+            self._keep_text(text, continued=block.continued)
             content = TextBlock(text=text)
         else:
             content = ThinkingBlock(thinking=text)
         return [self._assistant(content, message_id=block.message_id)]
+
+    def _keep_text(self, text: str, *, continued: bool) -> None:
+        if self._texts and not continued:
+            text = "\n\n" + text
+        room = RESULT_MAX_CHARS - self._text_size
+        if len(text) > room:
+            text, self._text_cut = text[: max(room, 0)], True
+        if text:
+            self._texts.append(text)
+            self._text_size += len(text)
 
     # -- tool calls -----------------------------------------------------------------------------------
 

@@ -30,10 +30,18 @@ from hyperhive.runtime.errors import ProtocolError
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
-DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+# One message from the agent costs about five times its size at its peak (the buffered line, its text,
+# the parsed models, the stream-json line written out): 16 MiB keeps the service under ~200 MiB for the
+# largest line it accepts, and is far above any real message (a whole 1M-token context is ~4 MB of text).
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 _EXCERPT = 200
 # While updates are consumed here without returning to the SDK, let the rest of the loop run this often.
 _YIELD_EVERY = 16
+# The agent's requests we may be answering at once. The SDK runs each in a task of its own and nothing
+# bounds them: an agent flooding requests while it does not read our answers piled up hundreds of MB of
+# tasks and stalled the service for seconds. At the cap, reading stops until an answer has been written,
+# so the agent's stdout pipe is the back-pressure (and a stalled turn is the idle watchdog's).
+MAX_OPEN_REQUESTS = 64
 
 Message = dict[str, Any]
 OutgoingHook = Callable[[Message], None]
@@ -69,8 +77,11 @@ class LineTransport:
         self._requests: dict[int | str, str] = {}
         self.failure: ProtocolError | None = None
         self.eof = False
+        self.ended = anyio.Event()  # set once `receive` has returned its None (EOF, failure or abort)
         self._stdin_closed = False
         self._consumed = 0
+        self._open_requests = 0  # the agent's requests read and not yet answered
+        self._answered = anyio.Event()
 
     async def send(self, message: Message) -> None:
         method, msg_id = message.get("method"), message.get("id")
@@ -78,6 +89,16 @@ class LineTransport:
             self._requests[msg_id] = method
         if self._on_outgoing is not None:
             self._on_outgoing(message)
+        if method is None and "id" in message:  # our answer to one of the agent's requests
+            try:
+                await self._write(message)
+            finally:
+                self._open_requests = max(self._open_requests - 1, 0)
+                self._answered.set()
+        else:
+            await self._write(message)
+
+    async def _write(self, message: Message) -> None:
         data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
         async with self._write_lock:
             if self._stdin_closed:
@@ -90,9 +111,27 @@ class LineTransport:
 
     async def receive(self) -> Message | None:
         """The next message, or None at the end: EOF, or a protocol failure (then `failure` says which)."""
+        message = await self._receive()
+        if message is None:
+            self.ended.set()
+        return message
+
+    async def abort(self) -> None:
+        """Stop reading now, as at EOF: the agent is gone, but something outside its process group (a daemon
+        it started in a session of its own) still holds its stdout open, so EOF may never come."""
+        if not self.ended.is_set():
+            logger.warning("%s exited but its stdout is still held open: ending the connection", self._agent)
+            with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                await self._reader.aclose()
+
+    async def _receive(self) -> Message | None:
         while True:
             if self.failure is not None or self.eof:
                 return None
+            # Before reading anything (so a cancelled wait loses no message): at the cap, wait for an answer.
+            while self._open_requests >= MAX_OPEN_REQUESTS:
+                self._answered = anyio.Event()
+                await self._answered.wait()
             try:
                 line = await self._reader.receive_until(b"\n", self._max)
             except anyio.DelimiterNotFound:
@@ -131,6 +170,8 @@ class LineTransport:
                         # the turn's lines would reach the sink only at its end.
                         await anyio.lowlevel.checkpoint()
                     continue
+            if "method" in message and "id" in message:  # a request: the SDK answers it in a task
+                self._open_requests += 1
             return message
 
     async def close(self) -> None:

@@ -3,7 +3,8 @@
 Both stops send the agent `session/cancel` (design.md 3.4):
 - an interrupt (`AcpRuntime.interrupt()` → `TurnControl.cancel`), when the harness asks; the turn then
   ends with stop reason `cancelled`, whatever the agent answers;
-- the idle watchdog, when nothing has come from the agent for `idle_timeout` seconds; the turn fails.
+- the idle watchdog, when the turn has made no progress for `idle_timeout` seconds (what counts as
+  progress is the gate's to say: gate.PROGRESS); the turn fails.
 
 An agent that has not answered the prompt `cancel_grace` seconds after the cancel is killed, its whole
 process group with it, and the prompt is abandoned.
@@ -138,7 +139,9 @@ class PromptTurn:
                     control.stopping = "cancel"
                 elif now - control.last_activity >= self.idle_timeout:
                     control.stopping = "idle"
-                    logger.warning("%s sent nothing for %g s: cancelling the turn", self.peer.label, self.idle_timeout)
+                    logger.warning(
+                        "%s made no progress for %g s: cancelling the turn", self.peer.label, self.idle_timeout
+                    )
                 if control.stopping is not None:
                     deadline = now + self.cancel_grace
                     await self._send_cancel(deadline, answered)
