@@ -81,7 +81,9 @@ def test_kill_9_mid_turn_then_restart_carries_the_wake_again(tmp_path: Path) -> 
     env = service_env(tmp_path)
     svc = start_service(env, tmp_path / "first.log")
     svc.cli("send", "silent:60")
-    svc.wait_for("the turn to start", lambda: svc.status()["state"].startswith("turn"))
+    # Killed once the agent has the prompt (not merely once the turn began), so that it is seen twice.
+    prompted = lambda: any(c["method"] == "session/prompt" for c in svc.agent_calls())  # noqa: E731
+    svc.wait_for("the agent to have the prompt", prompted)
     svc.stop(signal.SIGKILL)
     again = start_service(env, tmp_path / "second.log")
     try:

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from hyperhive.store import Store
+from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.output import read_tail
 
@@ -43,6 +44,21 @@ async def test_cancelling_the_host_scope_kills_tasks_and_marks_them_interrupted(
     from hyperhive.tasks.process import group_alive
 
     assert row.pid is not None and not group_alive(row.pid)
+
+
+async def test_a_wait_beyond_the_cap_returns_at_the_cap_with_the_task_still_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wait_seconds above MAX_WAIT (30 s) waits MAX_WAIT; patched to 1 s here so the test does not wait 30."""
+    monkeypatch.setattr(engine_module, "MAX_WAIT", 1.0)
+    with Store(tmp_path / "db") as store:
+        async with TaskEngine(store, tmp_path / "tasks", tmp_path) as engine:
+            started = anyio.current_time()
+            result = await engine.run("sleep 45", wait_seconds=3600)
+            waited = anyio.current_time() - started
+            assert not result.finished_inline and result.view.row.status == "running"
+            await engine.kill(result.view.row.id)
+    assert 0.9 < waited < 10
 
 
 async def test_operations_outside_the_engine_context_fail_loudly(tmp_path: Path) -> None:
