@@ -51,3 +51,16 @@ def test_the_next_start_ends_the_agent_a_killed_service_left_running(tmp_path: P
         if _alive(agent):  # the test failed: leave nothing behind all the same
             os.kill(agent, signal.SIGKILL)
     assert list((second.state / "harness" / "children").iterdir()) == []  # a clean stop forgets its children
+
+
+def test_the_children_directory_and_its_missing_parents_are_private(tmp_path: Path) -> None:
+    """`harness/` made on the way to `harness/children` was the umask's 0755 (found by tests/faults)."""
+    from hyperhive.procs.registry import record_children_in
+
+    children = tmp_path / "state" / "harness" / "children"
+    try:
+        record_children_in(children)
+    finally:
+        record_children_in(None)
+    for level in (tmp_path / "state", children.parent, children):
+        assert oct(level.stat().st_mode & 0o777) == "0o700", level

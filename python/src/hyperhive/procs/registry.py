@@ -33,7 +33,10 @@ class _Recording:
 def record_children_in(directory: Path | None) -> None:
     """From now on, every `Child` spawned by this process is recorded in `directory` (None: stop recording)."""
     if directory is not None:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Each missing level 0700: `mkdir(parents=True)` would give the parents the umask's mode.
+        for level in [*reversed(directory.parents), directory]:
+            if not level.exists():
+                level.mkdir(mode=0o700, exist_ok=True)
     _Recording.directory = directory
 
 
