@@ -29,6 +29,9 @@ STUB_EXE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hype
 PYTHON = str(RIG_VENV / "bin" / "python")
 MCP_FILE = "/etc/hyperhive/mcp-servers.json"
 DRIVER = Path(__file__).with_name("crash_systemd_driver.py")
+# The agent runs under the unit, whose PrivateTmp= hides a checkout under /tmp: it is written inside (it
+# needs only hyperhive, which the rig's venv holds). The driver runs beside the unit and sees the checkout.
+AGENT_IN_RIG = "/usr/local/lib/hive-test/crash_agent.py"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     try:
         ensure_venv()
         with booted("hive-crash", log) as container:
+            container.write(AGENT_IN_RIG, CRASH_AGENT.read_text())
             yield container
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")
@@ -47,7 +51,7 @@ def install_agent(rig: Container) -> None:
     settings = {
         "enable": True,
         "runtime": "acp",
-        "acp": {"command": PYTHON, "args": [str(CRASH_AGENT)], "env": {"PYTHONPATH": str(REPO)}},
+        "acp": {"command": PYTHON, "args": [AGENT_IN_RIG]},
         "idleTimeout": 30,
         "watchdogSec": 30,
     }
