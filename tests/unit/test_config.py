@@ -136,6 +136,28 @@ def test_unreadable_or_invalid_mcp_file_is_named(tmp_path: Path) -> None:
         assert why in err.value.problems["HIVE_MCP_SERVERS"]
 
 
+@pytest.mark.parametrize(
+    ("server", "why"),
+    [
+        ({"type": "http", "url": "ftp://h/mcp"}, "http:// or https://"),
+        ({"type": "http", "url": "https://h/mcp", "headers": {"X": "${TOKEN}"}}, "header 'X' holds a line break"),
+        ({"type": "http", "url": "https://h/mcp", "headers": {"X Y": "v"}}, "is not an HTTP token"),
+    ],
+    ids=["scheme", "header-injection", "header-name"],
+)
+def test_an_http_server_that_would_inject_headers_or_leave_http_is_refused_without_echoing_values(
+    tmp_path: Path, server: dict[str, object], why: str
+) -> None:
+    """A secret expanded from the environment file may end in a newline: that would split the request."""
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {"s": server}}))
+    secret = "sk-injected\r\nX-Evil: 1"
+    with pytest.raises(ConfigError) as err:
+        load_config({"HIVE_MCP_SERVERS": str(path), "HIVE_WORKDIR": str(tmp_path), "TOKEN": secret})
+    problem = err.value.problems["HIVE_MCP_SERVERS"]
+    assert why in problem and "sk-injected" not in problem
+
+
 def test_bad_configuration_exits_2_naming_every_variable(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "hyperhive", "tasks"],

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from hyperhive.errors import HyperhiveError
 
@@ -37,6 +37,29 @@ class HttpServer(_Server):
     type: Literal["http"]
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// url")
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _clean_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        # A CR or LF in a header (often a secret expanded from the environment file) would inject headers
+        # or split the request; the message names the header, never its value.
+        for name, value in headers.items():
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"header name {name[:60]!r} is not an HTTP token")
+            if any(c in value for c in "\r\n\0"):
+                raise ValueError(f"header {name!r} holds a line break or NUL (check the value it expands to)")
+        return headers
+
+
+# RFC 9110 token characters.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def _server_kind(value: Any) -> str:
