@@ -298,7 +298,8 @@ def test_five_hundred_concurrent_tasks_all_end_with_wakes_and_status_stays_promp
         assert not probe.errors, probe.errors[:3]
         assert max(probe.times) < 1.0, f"status took {max(probe.times):.2f} s (p99 {probe.p99():.2f} s)"
         fds_after = fds(pid)
-        assert fds_after <= idle_fds + 5, f"descriptors leaked: {idle_fds} idle, {fds_after} after"
+        # A few descriptors open once and stay (connections, pollers): the bound is far below one per task.
+        assert fds_after <= idle_fds + 32, f"descriptors leaked: {idle_fds} idle, {fds_after} after {count} tasks"
         assert service.proc.poll() is None
         # Then as many again, still running when the service is stopped: each is killed and recorded.
         marker = f"1000.{uuid.uuid4().int % 10**9}"  # in the command line of the shell and of the sleep

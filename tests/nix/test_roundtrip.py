@@ -32,6 +32,8 @@ _AWKWARD = st.sampled_from([*"%$\"'\\\n\t;=` {}[]#", "%%", "%n", "${HOME}", "$$"
 _CHAR = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 text = st.lists(st.one_of(_AWKWARD, _CHAR), max_size=12).map("".join)
 nonempty = text.filter(bool)
+# An HTTP header value cannot hold a line break or NUL (HIVE_MCP_SERVERS refuses them: header injection).
+header_value = text.filter(lambda v: not any(c in v for c in "\r\n\0"))
 env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(lambda n: not n.startswith("HIVE_"))
 dir_names = (
     st.lists(st.sampled_from([*"%$\"'\\ é日-_", "ab"]), min_size=1, max_size=6)
@@ -73,7 +75,7 @@ def systemd_env(lines: list[str]) -> dict[str, str]:
     extra=st.dictionaries(env_names, text, max_size=2),
     subdir=dir_names,
     server_args=st.lists(text, max_size=3),
-    header=text,
+    header=header_value,
 )
 def test_acp_settings_survive_render_systemd_and_load(
     *,

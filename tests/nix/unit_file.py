@@ -187,7 +187,9 @@ def parse_environment_line(line: str) -> dict[str, str]:
 
 def environment_of(unit_text: str) -> dict[str, str]:
     env: dict[str, str] = {}
-    for line in unit_text.splitlines():
+    # Lines end at "\n" only, as systemd reads them: str.splitlines() would also split inside a quoted value
+    # at U+0085, U+2028 and the like (found by the round-trip test with an acp.env value of "\x85").
+    for line in unit_text.split("\n"):
         if line.startswith("Environment="):
             env.update(parse_environment_line(line))
     return env
