@@ -117,6 +117,8 @@ def test_a_background_task_wakes_the_agent_which_replies_to_the_operator(setup: 
         svc.cli("send", "start it " + directive(setup.tool("bash", "run"), {"cmd": cmd, "wait_seconds": 0}))
         svc.wait_for("the reply in the outbox", lambda: replies(svc), within=120)
         assert replies(svc) == ["the task said: all-good-42"]
+        # The reply lands mid-turn (a tool call); the turn is recorded answered once the agent ends it.
+        svc.wait_for("the second turn's end", lambda: [t["outcome"] for t in turns(svc)][1:] != ["running"], within=60)
         done = turns(svc)
         assert [t["outcome"] for t in done] == ["answered", "answered"], done
         with_task = json.loads(svc.cli("status", "--json").stdout)
