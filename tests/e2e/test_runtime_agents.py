@@ -200,10 +200,11 @@ async def test_restart_resumes_the_session(agent: Agent, store: Store, caplog: p
     with Store(agent.config.db_path) as fresh_store:  # as a restarted harness would
         async with agent.running(fresh_store) as second:
             two, _ = await turn(second, "what was the word? [[say:you said it]]")
-    if not agent.profile.load_session:
-        # gemini-cli 0.61 advertises loadSession but cannot find the session it saved: the runtime falls
-        # back to a new session, and the turn still works.
-        assert two.session_id != one.session_id and not two.is_error
+    assert not two.is_error
+    if not agent.profile.load_session and two.session_id != one.session_id:
+        # gemini-cli 0.61 advertises loadSession, but its session/load usually clobbers the saved session
+        # before reading it (a race inside the agent): the runtime falls back to a new session, and the turn
+        # still works. When the read wins the race, the session is resumed, checked below.
         assert "No previous sessions found for this project" in caplog.text
         return
     assert two.session_id == one.session_id

@@ -51,7 +51,7 @@ class AgentProfile:
     secrets: tuple[str, ...] = ()  # environment variables carrying credentials (environmentFile, never the store)
     auth_method: str | None = None  # HIVE_ACP_AUTH_METHOD, when the agent needs `authenticate`
     mcp_tool_name: str = "mcp__{server}__{tool}"  # how the model sees our bash server's `run` tool
-    load_session: bool = True  # really resumes its session after a restart (ACP loadSession / claude --resume)
+    load_session: bool = True  # reliably resumes its session after a restart (ACP loadSession / claude --resume)
     http_mcp: bool = True
     reports_tool_input: bool = True  # its tool calls carry the tool's arguments (rawInput)
     gives_up_on_429: bool = False  # fails the prompt after a few retries, rather than retrying on for minutes
@@ -208,14 +208,15 @@ AGENTS: dict[str, AgentProfile] = {
         secrets=("GEMINI_API_KEY",),
         auth_method="gemini-api-key",
         mcp_tool_name="mcp_{server}_{tool}",
-        load_session=False,  # advertises loadSession, but session/load answers "No previous sessions found"
+        load_session=False,  # advertises loadSession, but session/load mostly answers "No previous sessions found"
         reports_tool_input=False,
         notes=(
             "initialize takes about 2.5 s (it loads its whole configuration first)",
             "asks the provider a JSON-schema 'router' question before each prompt; a non-JSON answer hangs it",
             "tool calls carry no rawInput and titles like 'run (bash MCP Server)'",
-            "session/load of a session it saved fails ('No previous sessions found for this project.'), "
-            "so a restart starts a new session",
+            "session/load of a session it saved mostly fails ('No previous sessions found for this project.'): "
+            "loading rewrites the session file before reading it back, a race the read rarely wins; "
+            "a restart then starts a new session",
             "auth method 'oauth-personal' is a browser login: never use it on a server",
         ),
         configure=_gemini,
