@@ -121,6 +121,7 @@ let
         env
         permissionPolicy
         authMethod
+        startTimeout
         ;
     };
     mcpServers = lib.mapAttrs (_: s: {
@@ -225,6 +226,15 @@ in
         description = ''
           The ACP auth method id to `authenticate` with when the agent requires one; its key comes from
           {option}`services.hyperhive.agent.environmentFile`.
+        '';
+      };
+      startTimeout = mkOption {
+        type = seconds;
+        default = 60;
+        description = ''
+          Seconds each start-up step of the agent may take (`initialize`, `authenticate`, `session/new`,
+          `session/load` with its replay). An agent that never answers holds the turn this long before
+          the turn fails and the next one starts it again.
         '';
       };
     };

@@ -60,6 +60,7 @@ let
     env = { };
     permissionPolicy = "allow";
     authMethod = null;
+    startTimeout = null;
   }
   // acp;
 
@@ -168,6 +169,7 @@ let
     "HIVE_ACP_ENV"
     "HIVE_ACP_PERMISSION_POLICY"
     "HIVE_ACP_AUTH_METHOD"
+    "HIVE_ACP_START_TIMEOUT"
     "HIVE_CLAUDE_COMMAND"
     "HIVE_CLAUDE_ARGS"
     "HIVE_SOCKET"
@@ -186,6 +188,7 @@ let
     HIVE_ACP_ENV = "acp.env";
     HIVE_ACP_PERMISSION_POLICY = "acp.permissionPolicy";
     HIVE_ACP_AUTH_METHOD = "acp.authMethod";
+    HIVE_ACP_START_TIMEOUT = "acp.startTimeout";
     HIVE_CLAUDE_COMMAND = "claude.package";
     HIVE_CLAUDE_ARGS = "claude.args and claude.model";
     HIVE_SOCKET = "the harness itself (it sets it for its children)";
@@ -239,6 +242,12 @@ let
         [ ]
       else
         [ "acp.authMethod must be null or a non-empty auth method id" ]
+    )
+    (
+      if acpCfg.startTimeout == null || positive acpCfg.startTimeout then
+        [ ]
+      else
+        [ "acp.startTimeout must be a positive number of seconds" ]
     )
     (
       if
@@ -309,6 +318,7 @@ let
         HIVE_ACP_PERMISSION_POLICY = acpCfg.permissionPolicy;
       }
       // optional (acpCfg.authMethod != null) { HIVE_ACP_AUTH_METHOD = acpCfg.authMethod; }
+      // optional (acpCfg.startTimeout != null) { HIVE_ACP_START_TIMEOUT = seconds acpCfg.startTimeout; }
     )
     // optional (runtime == "claude") {
       HIVE_CLAUDE_COMMAND = claudeCfg.command;

@@ -38,6 +38,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
         "HIVE_ACP_ENV": '{"K":"v"}',
         "HIVE_ACP_PERMISSION_POLICY": "allow",
         "HIVE_ACP_AUTH_METHOD": "key",
+        "HIVE_ACP_START_TIMEOUT": "60",
         "HIVE_STATE_DIR": "/var/lib/hyperhive",
         "HIVE_WORKDIR": "/var/lib/hyperhive",
         "HIVE_CGROUP": "auto",

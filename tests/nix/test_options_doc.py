@@ -32,6 +32,7 @@ def test_options_doc_documents_every_option_the_issue_names() -> None:
         "acp.env",
         "acp.permissionPolicy",
         "acp.authMethod",
+        "acp.startTimeout",
         "extraMcpServers",
         "extraMcpServers.<name>.allowedTools",
         "idleTimeout",
