@@ -391,6 +391,18 @@ class Turn:
         os.write(1, b"this is not json at all\n")
         await asyncio.sleep(30)
 
+    async def do_deep(self, arg: str) -> None:
+        """A session/update nested `arg` levels deep inside its params (else valid JSON-RPC)."""
+        depth = int(arg)
+        nested = b"[" * depth + b"]" * depth
+        line = memoryview(b'{"jsonrpc":"2.0","method":"session/update","params":{"x":' + nested + b"}}\n")
+        while line:  # stdout is non-blocking under asyncio: more than a pipe holds goes out in parts
+            try:
+                line = line[os.write(1, line) :]
+            except BlockingIOError:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(30)
+
     async def do_notrpc(self, arg: str) -> None:
         os.write(1, b"[1, 2, 3]\n")
         await asyncio.sleep(30)

@@ -251,6 +251,18 @@ async def test_a_line_that_is_not_json_rpc_is_a_protocol_error_with_an_excerpt(
     assert len(h.agent_pids()) == 2
 
 
+@pytest.mark.parametrize("depth", [127, 900, 100_000])
+async def test_a_line_nested_too_deeply_is_a_protocol_error_whatever_the_depth(tmp_path: Path, depth: int) -> None:
+    """Over jsontext's limit (128), from just over it to far past Python's recursion limit, where `json.loads`
+    raises RecursionError (no ValueError: it escaped the transport's handler and ended its reader)."""
+    async with acp_runtime(tmp_path) as h:
+        error, lines = await h.failing_turn(f"deep:{depth}", ProtocolError)
+        assert "not JSON (nested more than 128 levels deep)" in error.message
+        assert_failed_result(error, lines)
+        await h.turn("say:after")
+    assert len(h.agent_pids()) == 2
+
+
 async def test_a_line_over_the_limit_is_a_protocol_error(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path, max_line_bytes=64 * 1024) as h:
         error, _ = await h.failing_turn(f"oversized:{200 * 1024}", ProtocolError)

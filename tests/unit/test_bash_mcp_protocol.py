@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from hyperhive import jsontext
 from hyperhive.bash_mcp import protocol
 from hyperhive.bash_mcp import protocol as jsonrpc  # the codes and bounds, as both servers use them
 from hyperhive.bash_mcp.jsonrpc import StdioServer
@@ -87,16 +88,26 @@ async def test_cancelled_notification_with_malformed_params_is_ignored(server: A
         await still_up(client)
 
 
-@pytest.mark.parametrize("depth", [1000, 100_000])
-async def test_deep_nesting_is_a_parse_error_or_a_rejected_batch(server: Any, depth: int) -> None:
+@pytest.mark.parametrize("depth", [jsontext.MAX_DEPTH, 1000, 100_000])
+async def test_nesting_past_the_limit_is_a_parse_error_whatever_the_depth(server: Any, depth: int) -> None:
+    """`depth` containers inside the request object: one past jsontext's limit and on, up to where `json.loads`
+    alone raises RecursionError (or not, by how deep the caller's stack is: the fuzz test found that)."""
     async with serving(server()) as client:
-        msg = await one_error(client, b"[" * depth + b"]" * depth)
+        msg = await one_error(client, b"[" * (depth + 1) + b"]" * (depth + 1))
         assert msg["id"] is None
-        assert msg["error"]["code"] in (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST)
+        assert msg["error"]["code"] == jsonrpc.PARSE_ERROR
         nested = b'{"a":' * depth + b"1" + b"}" * depth
         msg = await one_error(client, b'{"jsonrpc":"2.0","id":1,"method":"ping","params":' + nested + b"}")
-    assert msg["error"]["code"] == jsonrpc.PARSE_ERROR
-    assert "nested too deeply" in msg["error"]["message"]
+    assert msg["id"] is None and msg["error"]["code"] == jsonrpc.PARSE_ERROR
+    assert f"nested more than {jsontext.MAX_DEPTH} levels deep" in msg["error"]["message"]
+
+
+async def test_nesting_up_to_the_limit_is_answered(server: Any) -> None:
+    depth = jsontext.MAX_DEPTH - 1  # inside the request object: the limit exactly
+    nested = b'{"a":' * depth + b"1" + b"}" * depth
+    async with serving(server()) as client:
+        await client.send_bytes(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":' + nested + b"}\n")
+        assert json.loads(await client.recv_line()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
 
 
 async def test_integer_over_4300_digits_is_a_parse_error(server: Any) -> None:

@@ -150,7 +150,9 @@ async def test_the_forwarding_bash_server_without_a_service_says_so_and_starts_n
 def test_the_control_socket_answers_garbage_with_an_error_and_stays_up(tmp_path: Path) -> None:
     with running_service(tmp_path) as svc:
         path = str(svc.state / "harness.sock")
-        for request in (b"not json\n", b"[1,2]\n", b'{"op": "nope"}\n', b'{"op": "send", "body": ""}\n', b"\xff\n"):
+        deep = b'{"op": "send", "body": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+        garbage = (b"not json\n", b"[1,2]\n", b'{"op": "nope"}\n', b'{"op": "send", "body": ""}\n', b"\xff\n", deep)
+        for request in garbage:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(path)
                 sock.sendall(request)

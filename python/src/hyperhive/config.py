@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from hyperhive import jsontext
 from hyperhive.errors import ConfigError
 
 if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
@@ -102,8 +103,8 @@ class _Reader:
         if raw is None:
             return ()
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            value = jsontext.loads(raw)
+        except (json.JSONDecodeError, jsontext.NestedTooDeeply) as exc:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON array of strings like ["acp"]'
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -117,8 +118,8 @@ class _Reader:
         if raw is None:
             return {}
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            value = jsontext.loads(raw)
+        except (json.JSONDecodeError, jsontext.NestedTooDeeply) as exc:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON object of strings like {{"K": "v"}}'
             return {}
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
+from hyperhive import jsontext
 from hyperhive.errors import HyperhiveError
 
 BASH_SERVER = "bash"
@@ -180,7 +181,9 @@ def load_mcp_servers(path: Path, env: Mapping[str, str] | None = None) -> McpSer
     except OSError as exc:
         raise McpServersError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
     try:
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw)
+    except jsontext.NestedTooDeeply as exc:
+        raise McpServersError(f"{path} is not JSON we accept: {exc}", path=str(path)) from exc
     except json.JSONDecodeError as exc:
         raise McpServersError(
             f"{path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", path=str(path)

@@ -12,7 +12,7 @@ No input ends a server: every line gets exactly one answer (or none, for a notif
 to us), as JSON-RPC 2.0 says:
 
 - -32700 parse error (id null): not UTF-8, not JSON, `NaN`/`Infinity` (not JSON, though `json.loads` takes
-  them), nesting too deep, an integer too long to convert;
+  them), nesting deeper than `jsontext.MAX_DEPTH`, an integer too long to convert;
 - -32600 invalid request: not an object, a batch (MCP 2025-06-18 removed batching: one error for the whole
   array), `jsonrpc` not "2.0", an id that is not a string or an integer (MCP allows no null or fractional
   ids; the error then carries id null), a method that is not a string, params that are neither an object
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+
+from hyperhive import jsontext
 
 # `typing` costs the forwarding server's start-up a few milliseconds: the type checker alone reads these
 # (mypy and ruff treat any name TYPE_CHECKING as the one from typing).
@@ -184,10 +186,8 @@ def decode(line: bytes) -> Request | Notification | bytes | None:
     None is a response sent to us: we send no requests, so there is nothing to match it with.
     """
     try:
-        msg = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
-    except RecursionError:
-        return error_frame(None, PARSE_ERROR, "parse error: nested too deeply")
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer over 4300 digits, NaN
+        msg = jsontext.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer over 4300 digits, NaN, depth
         return error_frame(None, PARSE_ERROR, f"parse error: {exc}")
     if isinstance(msg, list):
         return error_frame(

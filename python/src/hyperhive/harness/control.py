@@ -32,6 +32,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from hyperhive import jsontext
 from hyperhive.errors import HyperhiveError
 from hyperhive.harness.control_wire import (
     MAX_ANSWER,
@@ -135,8 +136,8 @@ class ControlServer:
         except anyio.IncompleteRead:
             return
         try:
-            request = json.loads(line)
-        except (ValueError, RecursionError) as exc:
+            request = jsontext.loads(line)
+        except ValueError as exc:
             await stream.send(_dump({"ok": False, "kind": "bad_request", "error": f"not JSON: {exc}"}))
             return
         op = request.get("op") if isinstance(request, dict) else None

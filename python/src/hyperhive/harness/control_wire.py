@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 
+from hyperhive import jsontext
 from hyperhive.errors import HyperhiveError
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
@@ -73,8 +74,8 @@ def closed_early(path: str | os.PathLike[str]) -> AnswerLost:
 def parse_answer(line: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The service's first answer line: its result without `ok`, or ControlError (its refusal, or garbage)."""
     try:
-        answer = json.loads(line)
-    except (ValueError, RecursionError):
+        answer = jsontext.loads(line)
+    except ValueError:
         answer = None
     if not isinstance(answer, dict):
         raise ControlError(f"the service at {path} sent something that is not an answer: {line[:200]!r}")

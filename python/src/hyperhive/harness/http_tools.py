@@ -48,6 +48,7 @@ from pydantic import Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from hyperhive import jsontext
 from hyperhive.errors import StoreError
 from hyperhive.harness.records import AGENT, Records
 from hyperhive.mcp_servers import HttpServer
@@ -509,12 +510,13 @@ class _PostOnly:
 def _not_json(body: bytes) -> str | None:
     """Why `body` is not one JSON document in UTF-8, or None. The SDK parses bytes with `json.loads`, which
     guesses UTF-16/32 from NUL bytes and lets decoding and nesting errors escape as a 500; a body that passes
-    here parses there exactly the same way."""
+    here (UTF-8, nested no deeper than jsontext's limit, far from the recursion limit) parses there the same
+    way."""
     try:
-        json.loads(body.decode("utf-8"))
+        jsontext.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         return "the body is not UTF-8"
-    except RecursionError:
+    except jsontext.NestedTooDeeply:
         return "the body is nested too deeply"
     except ValueError as exc:
         return str(exc)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hyperhive import jsontext
 from hyperhive.runtime.errors import ProtocolError
 
 
@@ -147,8 +148,8 @@ def line_from_dict(doc: dict[str, Any]) -> StreamLine:
 def parse_line(raw: str | bytes) -> StreamLine:
     """Parse one stream-json line; a line that is not a JSON object is a `ProtocolError` with context."""
     try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        doc = jsontext.loads(raw)
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deeply
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         raise ProtocolError(f"not a JSON line ({exc})", excerpt=text[:200]) from exc
     if not isinstance(doc, dict):

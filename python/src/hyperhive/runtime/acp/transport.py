@@ -26,6 +26,7 @@ import anyio.lowlevel
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from hyperhive import jsontext
 from hyperhive.runtime.errors import ProtocolError
 
 logger = logging.getLogger("hyperhive.runtime.acp")
@@ -144,7 +145,7 @@ class LineTransport:
             if not line:
                 continue
             try:
-                message = json.loads(line)
+                message = jsontext.loads(line)
             except ValueError as exc:
                 self._fail(f"{self._agent} wrote a line to stdout that is not JSON ({exc})", line)
                 return None
