@@ -74,6 +74,39 @@ def test_wakes_written_by_concurrent_processes_are_all_kept(tmp_path: Path) -> N
         assert [w.body for w in wakes if w.source == f"writer-{n}"] == [str(i) for i in range(200)]
 
 
+def test_a_database_migrated_by_another_process_while_opening_is_not_taken_for_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the store's read of the schema version and of the table list, another process finishes
+    creating the same new database (CI caught four processes doing this). The store must see one
+    consistent state, or at worst all of its own tables: never "version 0, yet tables we did not make"."""
+    path = tmp_path / "db"
+    real_connect = sqlite3.connect
+    migrated: list[bool] = []
+
+    def migrate_from_elsewhere(sql: str) -> None:
+        if "sqlite_master" in sql and not migrated:
+            migrated.append(True)
+            other = real_connect(path, isolation_level=None, timeout=0)
+            try:
+                other.executescript("BEGIN;" + ";".join(MIGRATIONS) + f";PRAGMA user_version = {SCHEMA_VERSION};COMMIT")
+            except sqlite3.OperationalError:  # our snapshot holds it off: the store then migrates itself
+                other.execute("ROLLBACK")
+            other.close()
+
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        db = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        db.set_trace_callback(migrate_from_elsewhere)
+        return db
+
+    monkeypatch.setattr("hyperhive.store.sqlite3.connect", connect)
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        store.add_wake("operator", "kept")
+        assert [w.body for w in store.pending_wakes()] == ["kept"]
+    assert migrated == [True]
+
+
 def test_a_wake_survives_its_writer_being_killed(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -121,8 +122,9 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE UNIQUE INDEX wakes_request_id ON wakes(request_id) WHERE request_id IS NOT NULL;
     """,
 )
-# The tables migration 1 creates: a version-0 database holding any other table is not ours.
-_OWN_TABLES = frozenset({"tasks", "wakes", "sessions", "sqlite_sequence"})
+# Every table a migration creates (and SQLite's own for AUTOINCREMENT), read from the migrations so the
+# list cannot fall behind them: a version-0 database holding any other table is not ours.
+_OWN_TABLES = frozenset(re.findall(r"CREATE TABLE (\w+)", "".join(MIGRATIONS))) | {"sqlite_sequence"}
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -343,10 +345,17 @@ class Store:
 
     def _check_ours(self) -> None:
         """Refuse a SQLite database another program made (version 0, yet tables we did not create)."""
-        (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
+        # One read transaction, so both reads see one snapshot: read apart, a process migrating the new
+        # database in between showed us version 0 with its tables (a race seen in CI).
+        self._db.execute("BEGIN")
+        try:
+            (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            if self._db.in_transaction:
+                self._db.execute("COMMIT")
         if version != 0:
             return
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         foreign = sorted(tables - _OWN_TABLES)
         if foreign:
             raise StoreError(
