@@ -348,7 +348,7 @@ async def test_missing_executable_is_refused_with_a_clear_message(tmp_path: Path
 
 
 async def shutdown(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, *flags: str, grace: float = 1.0
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, *flags: str, grace: float = 3.0
 ) -> tuple[int, float, Harness]:
     """Run a turn, then aclose(): how the agent ended (its exit code, from the log) and how long it took."""
     caplog.set_level(logging.INFO, logger="hyperhive.runtime.acp")
@@ -366,8 +366,8 @@ async def shutdown(
 
 async def test_aclose_ends_an_agent_that_exits_on_eof(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     code, elapsed, h = await shutdown(tmp_path, caplog)
-    assert code == 0
-    assert elapsed < 1.0  # no grace was waited out
+    assert code == 0  # not TERM: no grace was waited out
+    assert elapsed < 3.0
     assert len(h.calls("eof")) == 1
 
 
@@ -377,7 +377,7 @@ async def test_aclose_closes_the_session_first_when_the_agent_needs_it(
     # claude-agent-acp: deaf to EOF while a session is open, but honours session/close.
     code, elapsed, h = await shutdown(tmp_path, caplog, "--ignore-eof", "--close")
     assert code == 0
-    assert elapsed < 1.0
+    assert elapsed < 3.0
     assert len(h.calls("session/close")) == 1
     assert h.calls("eof")[0]["open_sessions"] == []
 
