@@ -125,6 +125,30 @@ def test_an_mcp_servers_file_nested_too_deeply_is_named(tmp_path: Path) -> None:
     assert "nested more than" in err.value.problems["HIVE_MCP_SERVERS"]
 
 
+LONG = "[" + "7" * 5000 + "]"  # past Python's 4300-digit int conversion limit: a bare ValueError in json.loads
+
+
+def test_an_integer_too_long_to_convert_is_refused_with_a_reason() -> None:
+    with pytest.raises(jsontext.Refused, match="a number longer than 4300 digits"):
+        jsontext.loads(LONG)
+
+
+@pytest.mark.parametrize("name", ["HIVE_ACP_ARGS", "HIVE_ACP_ENV"])
+def test_a_setting_with_an_integer_too_long_is_a_named_config_problem(tmp_path: Path, name: str) -> None:
+    env = {"HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": "agent", "HIVE_WORKDIR": str(tmp_path), name: LONG}
+    with pytest.raises(ConfigError) as err:
+        load_config(env)
+    assert "a number longer than 4300 digits" in err.value.problems[name]
+
+
+def test_an_mcp_servers_file_with_an_integer_too_long_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text('{"mcpServers":' + LONG + "}")
+    with pytest.raises(ConfigError) as err:
+        load_config({"HIVE_MCP_SERVERS": str(path), "HIVE_WORKDIR": str(tmp_path)})
+    assert "a number longer than 4300 digits" in err.value.problems["HIVE_MCP_SERVERS"]
+
+
 def test_an_http_body_nested_too_deeply_is_refused_before_the_sdk_parses_it() -> None:
     assert _not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT).encode() + b"}") == "the body is nested too deeply"
     assert _not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT - 1).encode() + b"}") is None

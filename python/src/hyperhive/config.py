@@ -104,7 +104,7 @@ class _Reader:
             return ()
         try:
             value = jsontext.loads(raw)
-        except (json.JSONDecodeError, jsontext.NestedTooDeeply) as exc:
+        except (json.JSONDecodeError, jsontext.Refused) as exc:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON array of strings like ["acp"]'
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -119,7 +119,7 @@ class _Reader:
             return {}
         try:
             value = jsontext.loads(raw)
-        except (json.JSONDecodeError, jsontext.NestedTooDeeply) as exc:
+        except (json.JSONDecodeError, jsontext.Refused) as exc:
             self.problems[name] = f'not JSON ({exc.msg}); expected a JSON object of strings like {{"K": "v"}}'
             return {}
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):

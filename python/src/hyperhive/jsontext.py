@@ -5,12 +5,15 @@ document may nest depends on how deep the caller's stack already is (the same li
 refused in another), and the error is `RecursionError`, which is no `ValueError` and so escapes the
 handlers that turn bad input into a clear error. Everything read from a peer (an agent's stdout, an MCP
 client, the control socket, an HTTP body) or from the operator (environment, files) goes through `loads`:
-one limit whatever the stack, and `NestedTooDeeply`, a `ValueError`, when it is exceeded.
+one limit whatever the stack, and `NestedTooDeeply`, a `ValueError`, when it is exceeded. An integer past
+Python's int conversion limit is refused the same way (`Refused`): `json.loads` raises a bare `ValueError`
+for it, which the readers that catch `JSONDecodeError` let through as a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 # The forwarding bash server imports this, and `typing` costs its start-up (bash_mcp/protocol.py).
 TYPE_CHECKING = False
@@ -22,17 +25,25 @@ if TYPE_CHECKING:
 MAX_DEPTH = 128
 
 
-class NestedTooDeeply(ValueError):
+class Refused(ValueError):
+    """JSON text we do not read though its syntax may be fine; `msg` says why, as `JSONDecodeError.msg` does."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.msg = msg
+
+
+class NestedTooDeeply(Refused):
     """A JSON document nested deeper than the limit (whether or not the rest of it is valid JSON)."""
 
     def __init__(self, limit: int) -> None:
-        self.msg = f"nested more than {limit} levels deep"
-        super().__init__(self.msg)
+        super().__init__(f"nested more than {limit} levels deep")
         self.limit = limit
 
 
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, **kwargs: Any) -> Any:
-    """`json.loads(text, **kwargs)`, refusing documents nested deeper than `max_depth` (`NestedTooDeeply`).
+    """`json.loads(text, **kwargs)`, refusing documents nested deeper than `max_depth` (`NestedTooDeeply`)
+    and integers too long to convert (`Refused`).
 
     Parsing first and measuring after keeps the common case at C speed: a document with no more brackets
     than the limit cannot be too deep, and one deeper than the recursion limit never finishes parsing.
@@ -41,6 +52,10 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, **kwargs: Any) -> An
         value = json.loads(text, **kwargs)
     except RecursionError:
         raise NestedTooDeeply(max_depth) from None
+    except ValueError as exc:
+        if type(exc) is ValueError and "integer string conversion" in str(exc):
+            raise Refused(f"a number longer than {sys.get_int_max_str_digits()} digits") from None
+        raise
     if _brackets(text) > max_depth and _deeper_than(value, max_depth):
         raise NestedTooDeeply(max_depth)
     return value

@@ -182,7 +182,7 @@ def load_mcp_servers(path: Path, env: Mapping[str, str] | None = None) -> McpSer
         raise McpServersError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
     try:
         doc = jsontext.loads(raw)
-    except jsontext.NestedTooDeeply as exc:
+    except jsontext.Refused as exc:
         raise McpServersError(f"{path} is not JSON we accept: {exc}", path=str(path)) from exc
     except json.JSONDecodeError as exc:
         raise McpServersError(
