@@ -5,8 +5,10 @@ PID 1 on these machines is not systemd (reference/systemd-here.md). The rig:
 - builds a minimal bookworm rootfs once per machine with debootstrap (systemd, python3, nodejs, procps)
   into ROOTFS_CACHE (default /var/cache/hyperhive-test/rootfs-<key>, key = the package list), under a
   file lock so that concurrent runs build it once, and reuses it;
-- boots it with `--volatile=overlay` (every run starts clean, the cache is never written) and pure
-  cgroup v2 (`SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1`, what NixOS uses), with the repository bind-mounted
+- boots it on an overlay mounted here, on the host (`Container.root`: the cache is the lower layer and
+  is never written; the upper layer lives as long as the Container object, so a reboot keeps what was
+  written, as a VM's disk does, and the host can write files straight into the machine), with pure
+  cgroup v2 (`SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1`, what NixOS uses), the repository bind-mounted
   read-only at its own path, and the rig's venv (`ensure_venv`, on the same Debian 3.11) as the installed
   hyperhive;
 - runs commands inside with `nsenter -t <container PID 1> -a`, writes units with tests/nix/unit_file.py.
@@ -29,7 +31,29 @@ from pathlib import Path
 
 from tests.nix.nixtool import REPO
 
-PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "nodejs", "procps"]
+# systemd and what the tests run; the rest are the Debian packages behind the nixpkgs tools a NixOS unit's
+# PATH may name (tests/nix/toolbox.py), so that the VM-script emulation can give a unit exactly those.
+PACKAGES = [
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "nodejs",
+    "procps",
+    "git",
+    "gawk",
+    "xz-utils",
+    "bzip2",
+    "patch",
+    "file",
+    "sqlite3",
+    "less",
+    "zstd",
+    "cpio",
+    "acl",
+    "attr",
+    "time",
+]
 CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))
 
 
@@ -134,20 +158,39 @@ def ensure_rootfs() -> Path:
 
 
 class Container:
+    """One machine: an overlay over the cached rootfs, mounted on the host at `root`, booted on demand."""
+
     def __init__(self, rootfs: Path, name: str, log: Path) -> None:
         self.rootfs, self.name, self.log = rootfs, name, log
         self.proc: subprocess.Popen[bytes] | None = None
         self.leader = 0
+        self._layers = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=CACHE))
+        self.root = self._layers / "root"
+        for part in ("upper", "work", "root"):
+            (self._layers / part).mkdir()
+        options = f"lowerdir={rootfs},upperdir={self._layers / 'upper'},workdir={self._layers / 'work'}"
+        mounted = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(self.root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if mounted.returncode != 0:
+            shutil.rmtree(self._layers, ignore_errors=True)
+            raise RigUnavailable(f"cannot mount an overlay over the rootfs: {mounted.stderr.strip()}")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def boot(self) -> None:
         env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-        with open(self.log, "wb") as out:
+        with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
                     "systemd-nspawn",
                     "-D",
-                    str(self.rootfs),
-                    "--volatile=overlay",
+                    str(self.root),
                     "-b",
                     "--register=no",
                     "--keep-unit",
@@ -215,7 +258,8 @@ class Container:
         journal = self.sh("journalctl --no-pager -n 60", check=False).stdout
         raise AssertionError(f"condition never held within {timeout}s: {script}\n{journal}")
 
-    def stop(self) -> None:
+    def power_off(self) -> None:
+        """A clean shutdown (poweroff inside), escalating to SIGKILL of nspawn; the disk stays."""
         if self.proc is None:
             return
         if self.proc.poll() is None and self.leader:
@@ -223,20 +267,51 @@ class Container:
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                self.kill()
+        self._forget()
+
+    def kill(self) -> None:
+        """Pull the plug: SIGKILL to nspawn's whole process group (the machine dies with it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
+        self._forget()
+
+    def _forget(self) -> None:
+        self.proc, self.leader = None, 0
         # --keep-unit leaves empty payload cgroups on the host (systemd-here.md).
         for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
             for leftover in sorted(Path(base).glob("**/payload*"), key=lambda p: -len(p.parts)):
                 with contextlib.suppress(OSError):
                     leftover.rmdir()
 
+    def stop(self) -> None:
+        """Power off and remove the machine's disk (the overlay's upper layer)."""
+        try:
+            self.power_off()
+        finally:
+            for _ in range(50):  # bounded: the mount may stay busy for a moment after nspawn exits
+                if subprocess.run(["umount", str(self.root)], capture_output=True, check=False).returncode == 0:
+                    break
+                if not os.path.ismount(self.root):
+                    break
+                time.sleep(0.1)
+            shutil.rmtree(self._layers, ignore_errors=True)
+
 
 @contextmanager
-def booted(name: str, log: Path) -> Iterator[Container]:
+def machine(name: str, log: Path) -> Iterator[Container]:
+    """A machine not yet booted (its disk writable from the host at `.root`), removed at the end."""
     c = Container(ensure_rootfs(), name, log)
     try:
-        c.boot()
         yield c
     finally:
         c.stop()
+
+
+@contextmanager
+def booted(name: str, log: Path) -> Iterator[Container]:
+    with machine(name, log) as c:
+        c.boot()
+        yield c

@@ -47,8 +47,11 @@ let
   mkPython =
     overrides:
     let
+      # The interpreter is a store path, as nixpkgs' is: scripts interpolate it (nix/tests/default.nix).
+      stubDerivation = drv "python3" { pname = "python3"; };
       python = {
-        interpreter = "/stub/python3/bin/python3";
+        inherit stubDerivation;
+        interpreter = "${stubDerivation}/bin/python3";
         pkgs =
           let
             final = basePython // overrides final basePython // {
@@ -94,10 +97,22 @@ let
       t:
       assert builtins.isString t.name && builtins.isString t.testScript;
       assert builtins.isFunction t.nodes.machine || builtins.isAttrs t.nodes.machine;
-      drv "vm-test-run-${t.name}" { inherit (t) testScript; };
+      # The test's own arguments are kept: tests/nix/vm-tests.nix evaluates its nodes and script.
+      drv "vm-test-run-${t.name}" {
+        inherit (t) testScript;
+        hyperhiveTest = t;
+      };
     runCommand = name: env: script: drv name { inherit script; };
-    writeShellApplication = a: drv a.name { meta.mainProgram = a.name; };
-    writeText = name: text: builtins.toFile name text;
+    writeShellApplication =
+      a:
+      drv a.name {
+        meta.mainProgram = a.name;
+        inherit (a) text;
+        runtimeInputs = a.runtimeInputs or [ ];
+      };
+    # A file in the store now (no build): the text's store paths stay as text, without their context,
+    # which builtins.toFile refuses (the packages they name are stubs, materialized by the VM emulation).
+    writeText = name: text: builtins.toFile name (builtins.unsafeDiscardStringContext text);
     mkShell = attrs: drv "nix-shell" { packageNames = map (p: p.name) attrs.packages; };
   }
   // lib.genAttrs [
@@ -110,6 +125,19 @@ let
     "coreutils"
     "procps"
     "git"
+    "findutils"
+    "gnugrep"
+    "gnused"
+    "systemd"
+    "gawk"
+    "util-linux"
+    "gnutar"
+    "gzip"
+    "xz"
+    "diffutils"
+    "gnupatch"
+    "which"
+    "bzip2"
     "python3Packages"
   ] (n: drv n { });
 in

@@ -1,0 +1,429 @@
+"""A stand-in for the NixOS test driver's `machine`, so that a VM test's script runs here unchanged against
+a real systemd (Debian's 252 in systemd-nspawn, tests/nix/rig.py) instead of a QEMU VM.
+
+What a node becomes, following what NixOS does (nixos/lib/systemd-lib.nix, system-path.nix,
+users-groups, test-instrumentation.nix), before the machine's first boot:
+
+- its /nix/store: every store path a unit, the script or a stored file names. A path that Nix wrote on
+  this machine (a `${./file}` interpolation, writeText) is copied; a stub package (tests/nix/vm-tests.nix)
+  is made: `hyperhive` runs the rig's venv, `python3` Debian's interpreter, a writeShellApplication its
+  script, and any other package is a `bin/` of links to just the programs of the Debian packages behind
+  it (tests/nix/toolbox.py). So a unit's PATH holds exactly the tools its `path` names, and a tool the
+  module forgot is missing here as it is in the VM;
+- its users and groups (`useradd --system`), its units in /etc/systemd/system with the converter of
+  tests/nix/unit_file.py, enabled for their `wantedBy` targets so that the boot starts them;
+- its system profile, /run/current-system/sw: `environment.systemPackages` and NixOS's core packages.
+
+Commands run as the driver's backdoor shell runs them: root, HOME=/root, cwd /tmp, the profile's PATH and
+`environment.sessionVariables`, `timeout T sh -c CMD` under `set -euo pipefail`, stdout returned.
+
+What differs from a VM, by design: the kernel is the host's; the disk is an overlay over a Debian rootfs
+(its /usr is still there for programs that name it absolutely); a reboot keeps the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.nix import toolbox
+from tests.nix.rig import RIG_VENV, Container
+from tests.nix.unit_file import to_service_file
+from tests.nix.vm_tests import Node, StubPackage
+
+STORE_PATH = re.compile(r"/nix/store/[0-9a-df-np-sv-z]{32}-[A-Za-z0-9+\-._?=]+")
+# NixOS's corePackages (nixos/modules/config/system-path.nix) that this rootfs can stand in for.
+CORE_PACKAGES = [
+    "acl",
+    "attr",
+    "bash",
+    "bzip2",
+    "coreutils",
+    "cpio",
+    "diffutils",
+    "findutils",
+    "gawk",
+    "gnugrep",
+    "gnupatch",
+    "gnused",
+    "gnutar",
+    "gzip",
+    "xz",
+    "less",
+    "procps",
+    "time",
+    "util-linux",
+    "which",
+    "zstd",
+    "systemd",
+]
+SHELL_PATH = "/run/wrappers/bin:/run/current-system/sw/bin"
+
+
+class MachineError(Exception):
+    """What the driver raises when a command or a wait fails; the message says which and why."""
+
+
+def _fake_store_path(name: str, content: str) -> str:
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    alphabet = "0123456789abcdfghijklmnpqrsvwxyz"
+    return "/nix/store/" + "".join(alphabet[int(c, 16) % 32] for c in digest[:32]) + f"-{name}"
+
+
+class NixosMachine:
+    """The driver's Machine API, on a Container booted from the node's evaluated configuration."""
+
+    def __init__(
+        self, name: str, container: Container, node: Node, stubs: dict[str, StubPackage], log: Callable[[str], None]
+    ) -> None:
+        self.name, self.container, self.node = name, container, node
+        self.stubs = {**stubs, **node.packages}
+        self._log = log
+        self._installed = False
+        self._profile = ""
+
+    # ---- the node, installed into the machine's disk ------------------------------------------------
+
+    def _host(self, path: str) -> Path:
+        return self.container.root / path.lstrip("/")
+
+    def _materialize(self, texts: list[str]) -> None:
+        pending = [p for text in texts for p in STORE_PATH.findall(text)]
+        done: set[str] = set()
+        while pending:
+            path = pending.pop()
+            if path in done:
+                continue
+            done.add(path)
+            target = self._host(path)
+            stub = self.stubs.get(path)
+            if stub is not None:
+                pending += self._make_package(stub, target)
+            elif os.path.lexists(path):
+                pending += self._copy_from_store(Path(path), target)
+            else:
+                raise MachineError(
+                    f"{path} is named by the node or the script, but is neither a stub package "
+                    "(tests/nix/vm-tests.nix) nor in this machine's /nix/store"
+                )
+
+    def _copy_from_store(self, source: Path, target: Path) -> list[str]:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            files = [p for p in source.rglob("*") if p.is_file()]
+        else:
+            shutil.copy2(source, target)
+            files = [source]
+        found = []
+        for f in files:
+            found += STORE_PATH.findall(f.read_bytes().decode("utf-8", "replace"))
+        return found
+
+    def _make_package(self, stub: StubPackage, target: Path) -> list[str]:
+        bindir = target / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        if stub.pname == "hyperhive":
+            self._script(bindir / "hyperhive", f'exec {RIG_VENV}/bin/hyperhive "$@"\n')
+        elif stub.pname == "python3":
+            (bindir / "python3").symlink_to("/usr/bin/python3")
+        elif stub.text is not None:
+            # nixpkgs' writeShellApplication: bash, strict mode, runtimeInputs first on PATH.
+            inputs = ":".join(f"{p}/bin" for p in stub.runtime_inputs)
+            prefix = f'export PATH="{inputs}:$PATH"\n' if inputs else ""
+            body = "set -o errexit\nset -o nounset\nset -o pipefail\n" + prefix + stub.text
+            self._script(bindir / (stub.main_program or stub.name), body, shell="/bin/bash")
+            return [*stub.runtime_inputs, *STORE_PATH.findall(stub.text)]
+        else:
+            toolbox.make_bin_dir(target, [stub.pname], root=self.container.rootfs)
+        return []
+
+    @staticmethod
+    def _script(path: Path, body: str, shell: str = "/bin/sh") -> None:
+        path.write_text(f"#!{shell}\n{body}")
+        path.chmod(0o555)
+
+    def _make_profile(self) -> str:
+        """/run/current-system's target: sw/bin holds systemPackages first, then the core packages."""
+        profile = _fake_store_path("nixos-system-emulated", repr(self.node))
+        bindir = self._host(profile) / "sw" / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for pkg in self.node.system_packages:
+            source = self._host(pkg) / "bin"
+            for program in sorted(source.iterdir()) if source.is_dir() else []:
+                link = bindir / program.name
+                if not os.path.lexists(link):
+                    link.symlink_to(f"{pkg}/bin/{program.name}")
+        for name in CORE_PACKAGES:
+            for program, path in toolbox.programs(name, self.container.rootfs).items():
+                link = bindir / program
+                if not os.path.lexists(link):
+                    link.symlink_to(path)
+        if not os.path.lexists(bindir / "sh"):
+            (bindir / "sh").symlink_to("/usr/bin/bash")  # bashInteractive provides sh
+        return profile
+
+    def _add_users(self) -> None:
+        root = str(self.container.root)
+        for group in self.node.groups:
+            self._chroot(root, "groupadd", "--system", "-f", group)
+        for user, spec in self.node.users.items():
+            args = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+            if spec.get("group"):
+                args += ["--gid", spec["group"]]
+            if spec.get("home"):
+                args += ["--home-dir", spec["home"]]
+            self._chroot(root, *args, user)
+
+    @staticmethod
+    def _chroot(root: str, *cmd: str) -> None:
+        proc = subprocess.run(["chroot", root, *cmd], capture_output=True, text=True, check=False, timeout=60)
+        if proc.returncode != 0:
+            raise MachineError(f"{' '.join(cmd)} failed in the machine: {proc.stderr.strip()}")
+
+    def _install(self) -> None:
+        units = {f"{name}.service": to_service_file(svc) for name, svc in self.node.services.items()}
+        self._materialize([*units.values(), *self.node.system_packages, *self.node.session_variables.values()])
+        system = self._host("/etc/systemd/system")
+        for unit, text in units.items():
+            (system / unit).write_text(text)
+            for target in self.node.services[unit.removesuffix(".service")].get("wantedBy", []):
+                wants = system / f"{target}.wants"
+                wants.mkdir(exist_ok=True)
+                (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
+        self._add_users()
+        self._profile = self._make_profile()
+        self._installed = True
+
+    def prepare(self, script: str) -> None:
+        """Put what the script names into the store (before the boot, as the VM's closure is)."""
+        self._materialize([script])
+
+    # ---- the driver's Machine API -------------------------------------------------------------------
+
+    def log(self, msg: str) -> None:
+        self._log(f"{self.name}: {msg}")
+
+    @property
+    def booted(self) -> bool:
+        return self.container.running
+
+    def start(self, allow_reboot: bool = False) -> None:
+        if self.booted:
+            return
+        if not self._installed:
+            self._install()
+        self.log("starting")
+        self.container.boot()
+        # /run is a tmpfs: the profile link is made at every boot, as NixOS's activation does.
+        self.container.run("ln", "-sfn", self._profile, "/run/current-system")
+        self.container.run("mkdir", "-p", "/run/wrappers/bin")
+
+    def shutdown(self) -> None:
+        if self.booted:
+            self.log("shutting down")
+            self.container.power_off()
+
+    def crash(self) -> None:
+        if self.booted:
+            self.log("simulating a power failure")
+            self.container.kill()
+
+    def reboot(self) -> None:
+        self.shutdown()
+        self.start()
+
+    def _need_boot(self) -> None:
+        if not self.booted:
+            self.start()
+
+    def execute(self, command: str, check_return: bool = True, timeout: int | None = 900) -> tuple[int, str]:
+        self._need_boot()
+        if timeout is not None:
+            command = f"timeout {timeout} sh -c {shlex.quote(command)}"
+        env = ["HOME=/root", "USER=root", "PAGER=", f"PATH={SHELL_PATH}"]
+        env += [f"{k}={v}" for k, v in self.node.session_variables.items()]
+        wrapped = f"cd /tmp && ( set -euo pipefail; {command} )"
+        proc = self.container.run(
+            "/usr/bin/env", "-i", *env, "/bin/bash", "--norc", "-c", wrapped, check=False, timeout=(timeout or 3600) + 30
+        )
+        if proc.stderr:
+            self.log(proc.stderr.rstrip())
+        return (proc.returncode if check_return else -1), proc.stdout
+
+    def succeed(self, *commands: str, timeout: int | None = None) -> str:
+        output = ""
+        for command in commands:
+            self.log(f"must succeed: {command}")
+            status, out = self.execute(command, timeout=timeout)
+            if status != 0:
+                self.log(f"output: {out}")
+                raise MachineError(f"command `{command}` failed (exit code {status})")
+            output += out
+        return output
+
+    def fail(self, *commands: str, timeout: int | None = None) -> str:
+        output = ""
+        for command in commands:
+            self.log(f"must fail: {command}")
+            status, out = self.execute(command, timeout=timeout)
+            if status == 0:
+                raise MachineError(f"command `{command}` unexpectedly succeeded")
+            output += out
+        return output
+
+    def _retry(self, what: str, attempt: Callable[[bool], bool], timeout: int) -> None:
+        """The driver's retry(): once a second until it holds; the last try is told it is the last."""
+        for _ in range(max(timeout, 1)):
+            if attempt(False):
+                return
+            time.sleep(1)
+        if not attempt(True):
+            raise MachineError(f"action timed out after {timeout} s: {what}")
+
+    def wait_until_succeeds(self, command: str, timeout: int = 900) -> str:
+        output = ""
+
+        def check(_: bool) -> bool:
+            nonlocal output
+            status, output = self.execute(command, timeout=timeout)
+            return status == 0
+
+        self.log(f"waiting for success: {command}")
+        self._retry(command, check, timeout)
+        return output
+
+    def wait_until_fails(self, command: str, timeout: int = 900) -> str:
+        output = ""
+
+        def check(_: bool) -> bool:
+            nonlocal output
+            status, output = self.execute(command, timeout=timeout)
+            return status != 0
+
+        self.log(f"waiting for failure: {command}")
+        self._retry(command, check, timeout)
+        return output
+
+    def systemctl(self, q: str, user: str | None = None) -> tuple[int, str]:
+        if user is not None:
+            q = q.replace("'", "\\'")
+            return self.execute(f"su -l {user} --shell /bin/sh -c $'XDG_RUNTIME_DIR=/run/user/`id -u` systemctl --user {q}'")
+        return self.execute(f"systemctl {q}")
+
+    def get_unit_info(self, unit: str, user: str | None = None) -> dict[str, str]:
+        status, lines = self.systemctl(f'--no-pager show "{unit}"', user)
+        if status != 0:
+            raise MachineError(f'retrieving systemctl info for unit "{unit}" failed with exit code {status}')
+        info = {}
+        for line in lines.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                info[key] = value
+        return info
+
+    def get_unit_property(self, unit: str, property: str, user: str | None = None) -> str:
+        status, out = self.systemctl(f'--no-pager show "{unit}" --property="{property}"', user)
+        if status != 0:
+            raise MachineError(f'retrieving property "{property}" of unit "{unit}" failed with exit code {status}')
+        key, _, value = out.rstrip("\n").partition("=")
+        assert key == property, f"systemctl show answered {key!r} for {property!r}"
+        return value
+
+    def require_unit_state(self, unit: str, require_state: str = "active") -> None:
+        state = self.get_unit_info(unit)["ActiveState"]
+        if state != require_state:
+            raise MachineError(f"Expected unit '{unit}' to be in state '{require_state}' but it is in state '{state}'")
+
+    def wait_for_unit(self, unit: str, user: str | None = None, timeout: int = 900) -> None:
+        def check(_: bool) -> bool:
+            state = self.get_unit_info(unit, user)["ActiveState"]
+            if state == "failed":
+                journal = self.execute(f"journalctl --no-pager -n 60 -u {shlex.quote(unit)}")[1]
+                raise MachineError(f'unit "{unit}" reached state "{state}"\n{journal}')
+            if state == "inactive":
+                _, jobs = self.systemctl("list-jobs --full 2>&1", user)
+                if "No jobs" in jobs and self.get_unit_info(unit, user)["ActiveState"] == state:
+                    raise MachineError(f'unit "{unit}" is inactive and there are no pending jobs')
+            return state == "active"
+
+        self.log(f"waiting for unit {unit}")
+        self._retry(f"unit {unit} active", check, timeout)
+
+    def wait_for_file(self, filename: str, timeout: int = 900) -> None:
+        self._retry(
+            f"file {filename}", lambda _: self.execute(f"test -e {shlex.quote(filename)}")[0] == 0, timeout
+        )
+
+    def wait_for_open_port(self, port: int, addr: str = "localhost", timeout: int = 900) -> None:
+        probe = f"bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"
+        self._retry(f"port {port} open", lambda _: self.execute(probe)[0] == 0, timeout)
+
+    def wait_for_closed_port(self, port: int, addr: str = "localhost", timeout: int = 900) -> None:
+        probe = f"bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"
+        self._retry(f"port {port} closed", lambda _: self.execute(probe)[0] != 0, timeout)
+
+    def start_job(self, jobname: str, user: str | None = None) -> tuple[int, str]:
+        return self.systemctl(f"start {jobname}", user)
+
+    def stop_job(self, jobname: str, user: str | None = None) -> tuple[int, str]:
+        return self.systemctl(f"stop {jobname}", user)
+
+    def sleep(self, secs: int) -> None:
+        time.sleep(secs)
+
+    def copy_from_host(self, source: str, target: str) -> None:
+        dest = self._host(target)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if Path(source).is_dir():
+            shutil.copytree(source, dest, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, dest)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the NixOS machine stand-in (tests/nix/nixos_machine.py) has no `{name}` yet")
+
+
+def driver_globals(machines: dict[str, NixosMachine], log: Callable[[str], None]) -> dict[str, Any]:
+    """The names the driver gives a test script, as far as the stand-in has them."""
+
+    def start_all() -> None:
+        for m in machines.values():
+            m.start()
+
+    def join_all() -> None:
+        pass
+
+    @contextlib.contextmanager
+    def subtest(name: str) -> Iterator[None]:
+        log(f"subtest: {name}")
+        yield
+
+    def retry(fn: Callable[[bool], bool], timeout: int = 900) -> None:
+        for _ in range(timeout):
+            if fn(False):
+                return
+            time.sleep(1)
+        if not fn(True):
+            raise MachineError(f"action timed out after {timeout} seconds")
+
+    return {
+        **{name.replace("-", "_"): m for name, m in machines.items()},
+        "machines": list(machines.values()),
+        "start_all": start_all,
+        "join_all": join_all,
+        "subtest": subtest,
+        "retry": retry,
+        "os": os,
+        "serial_stdout_on": lambda: None,
+        "serial_stdout_off": lambda: None,
+    }
