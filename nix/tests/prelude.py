@@ -1,4 +1,6 @@
-# Shared by the VM tests' scripts (prepended to each testScript).
+# Shared by the VM tests' scripts (prepended to each testScript by default.nix, after its START_TASK).
+# The driver's build lints the whole script, pyflakes and mypy, and fails on any message:
+# tests/nix/test_driver_lint.py runs the same lint offline.
 HH = "HIVE_STATE_DIR=/var/lib/hyperhive hyperhive"
 DB = "/var/lib/hyperhive/hyperhive.db"
 
@@ -18,4 +20,4 @@ def start_task(machine, cmd):
 
 def wait_ready(machine):
     machine.wait_for_unit("hyperhive-agent.service")
-    machine.wait_until_succeeds(f"test -S /var/lib/hyperhive/harness.sock", timeout=60)
+    machine.wait_until_succeeds("test -S /var/lib/hyperhive/harness.sock", timeout=60)
