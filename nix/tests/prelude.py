@@ -21,3 +21,18 @@ def start_task(machine, cmd):
 def wait_ready(machine):
     machine.wait_for_unit("hyperhive-agent.service")
     machine.wait_until_succeeds("test -S /var/lib/hyperhive/harness.sock", timeout=60)
+
+
+def assert_runs_as(machine, user):
+    """The service, the agent it starts and a task it runs all belong to `user`, never root, and so does
+    the state directory."""
+    uid = machine.succeed(f"id -u {user}").strip()
+    assert uid != "0", f"{user} is root"
+    main = machine.succeed("systemctl show -P MainPID hyperhive-agent.service").strip()
+    machine.succeed(f"test \"$(stat -c %u /proc/{main})\" = {uid}")
+    machine.succeed(f"{HH} send 'who runs here?'")
+    machine.wait_until_succeeds(f"pgrep -u {uid} -f demo-agen[t]", timeout=120)
+    machine.fail("pgrep -u 0 -f demo-agen[t]")
+    start_task(machine, "id -u > /var/lib/hyperhive/task-uid")
+    machine.wait_until_succeeds(f"test \"$(cat /var/lib/hyperhive/task-uid)\" = {uid}", timeout=60)
+    machine.succeed(f"test \"$(stat -L -c %u /var/lib/hyperhive)\" = {uid}")

@@ -253,9 +253,8 @@ class NixosMachine:
         env = ["HOME=/root", "USER=root", "PAGER=", f"PATH={SHELL_PATH}"]
         env += [f"{k}={v}" for k, v in self.node.session_variables.items()]
         wrapped = f"cd /tmp && ( set -euo pipefail; {command} )"
-        proc = self.container.run(
-            "/usr/bin/env", "-i", *env, "/bin/bash", "--norc", "-c", wrapped, check=False, timeout=(timeout or 3600) + 30
-        )
+        argv = ["/usr/bin/env", "-i", *env, "/bin/bash", "--norc", "-c", wrapped]
+        proc = self.container.run(*argv, check=False, timeout=(timeout or 3600) + 30)
         if proc.stderr:
             self.log(proc.stderr.rstrip())
         return (proc.returncode if check_return else -1), proc.stdout
@@ -317,7 +316,8 @@ class NixosMachine:
     def systemctl(self, q: str, user: str | None = None) -> tuple[int, str]:
         if user is not None:
             q = q.replace("'", "\\'")
-            return self.execute(f"su -l {user} --shell /bin/sh -c $'XDG_RUNTIME_DIR=/run/user/`id -u` systemctl --user {q}'")
+            user_systemctl = f"XDG_RUNTIME_DIR=/run/user/`id -u` systemctl --user {q}"
+            return self.execute(f"su -l {user} --shell /bin/sh -c $'{user_systemctl}'")
         return self.execute(f"systemctl {q}")
 
     def get_unit_info(self, unit: str, user: str | None = None) -> dict[str, str]:
@@ -360,9 +360,7 @@ class NixosMachine:
         self._retry(f"unit {unit} active", check, timeout)
 
     def wait_for_file(self, filename: str, timeout: int = 900) -> None:
-        self._retry(
-            f"file {filename}", lambda _: self.execute(f"test -e {shlex.quote(filename)}")[0] == 0, timeout
-        )
+        self._retry(f"file {filename}", lambda _: self.execute(f"test -e {shlex.quote(filename)}")[0] == 0, timeout)
 
     def wait_for_open_port(self, port: int, addr: str = "localhost", timeout: int = 900) -> None:
         probe = f"bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"

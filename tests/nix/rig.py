@@ -53,6 +53,7 @@ PACKAGES = [
     "acl",
     "attr",
     "time",
+    "libnss-systemd",
 ]
 CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))
 

@@ -4,165 +4,15 @@ catches."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 from tests.nix.driver_lint import DRIVER_SYMBOLS, lint, machine_symbols, pythonize_name
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-# ---------------------------------------------------------------------------------------------------
-# FALLBACK, to delete once tests/nix/vm_tests.py (load_vm_tests, from the evaluated flake checks)
-# lands: the same VmTest assembled here from the .nix files' text, as nix/tests/default.nix assembles
-# it. Only `_fallback_load_vm_tests` and what it uses below belong to it.
-# ---------------------------------------------------------------------------------------------------
-@dataclass
-class _FallbackVmTest:
-    name: str
-    script: str
-    machines: list[str]
+from tests.nix.nixtool import have_nix, nixpkgs_lib
+from tests.nix.vm_tests import VmTest, load_vm_tests
 
 
-_STORE = "/nix/store/00000000000000000000000000000000"
-
-
-def _nix_indented_string(text: str, attr: str) -> tuple[list[tuple[str, str]], str]:
-    """The first `ATTR = ''...''` in `text`, as Nix reads it: parts ("lit"/"esc", text) and
-    ("interp", expression), indentation not yet stripped; and the text after the closing quote."""
-    m = re.search(rf"(?<![\w.-]){re.escape(attr)}\s*=\s*''", text)
-    if m is None:
-        raise LookupError(f"no {attr} = ''...'' string")
-    i = m.end()
-    # The lexer drops a first line of spaces only, newline included.
-    first = re.match(r" *\n", text[i:])
-    if first:
-        i += first.end()
-    parts: list[tuple[str, str]] = []
-    lit: list[str] = []
-
-    def flush() -> None:
-        if lit:
-            parts.append(("lit", "".join(lit)))
-            lit.clear()
-
-    while i < len(text):
-        if text.startswith("'''", i):  # ''' is ''
-            flush()
-            parts.append(("esc", "''"))
-            i += 3
-        elif text.startswith("''$", i):  # ''$ is $
-            flush()
-            parts.append(("esc", "$"))
-            i += 3
-        elif text.startswith("''\\", i):  # ''\n, ''\t, ''\r, ''\X
-            flush()
-            c = text[i + 3]
-            parts.append(("esc", {"n": "\n", "t": "\t", "r": "\r"}.get(c, c)))
-            i += 4
-        elif text.startswith("''", i):
-            flush()
-            return parts, text[i + 2 :]
-        elif text.startswith("${", i):
-            flush()
-            depth, j = 1, i + 2
-            while depth:
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                j += 1
-            parts.append(("interp", text[i + 2 : j - 1].strip()))
-            i = j
-        elif text.startswith("$${", i):
-            raise NotImplementedError("$${ in an indented string")
-        else:
-            lit.append(text[i])
-            i += 1
-    raise ValueError(f"{attr}: unterminated ''-string")
-
-
-def _nix_strip(parts: list[tuple[str, str]], values: dict[str, str]) -> str:
-    """Nix's indentation stripping: the least indentation (in spaces) of the lines with content (an
-    escape or an interpolation is content) comes off every line; a last line of spaces only goes.
-    Interpolated values are inserted as they are."""
-    indent: int | None = None
-    at_start, cur = True, 0
-    for kind, value in parts:
-        if kind == "lit":
-            for c in value:
-                if at_start and c == " ":
-                    cur += 1
-                elif c == "\n":
-                    at_start, cur = True, 0
-                elif at_start:
-                    indent = cur if indent is None else min(indent, cur)
-                    at_start = False
-        elif at_start:
-            indent = cur if indent is None else min(indent, cur)
-            at_start = False
-    least = indent or 0
-    out: list[str] = []
-    at_start, dropped = True, 0
-    for kind, value in parts:
-        if kind == "lit":
-            for c in value:
-                if at_start and c == " ":
-                    if dropped >= least:
-                        out.append(c)
-                    dropped += 1
-                    continue
-                if c == "\n":
-                    at_start, dropped = True, 0
-                else:
-                    at_start = False
-                out.append(c)
-        else:
-            at_start = False
-            if kind == "interp" and value not in values:
-                raise KeyError(f"fallback: no value for the interpolation ${{{value}}}")
-            out.append(values[value] if kind == "interp" else value)
-    s = "".join(out)
-    if parts and parts[-1][0] == "lit":  # the closing line, if it holds spaces only
-        s = re.sub(r"\n +\Z", "\n", s)
-    return s
-
-
-def _fallback_load_vm_tests() -> list[_FallbackVmTest]:
-    tests_dir = REPO / "nix/tests"
-    default = (tests_dir / "default.nix").read_text(encoding="utf-8")
-    template, _ = _nix_indented_string(default, "testScript")
-    demo_nodes = re.findall(r"nodes\.([\w'-]+)\s*=", default)
-    found: list[_FallbackVmTest] = []
-    for check, kind, file in re.findall(r"^\s*([\w-]+)\s*=\s*(demoTest|vmTest)\s+\./([\w.-]+)\s*;", default, re.M):
-        text = (tests_dir / file).read_text(encoding="utf-8")
-        if kind == "vmTest":
-            parts, _ = _nix_indented_string(text, "testScript")
-            script = _nix_strip(parts, {})
-            nodes = re.findall(r"nodes\.([\w'-]+)\s*=", text)
-        else:
-            parts, _ = _nix_indented_string(text, "script")
-            values = {
-                "pkgs.python3.interpreter": f"{_STORE}-python3/bin/python3",
-                "./start_task.py": f"{_STORE}-start_task.py",
-                "builtins.readFile ./prelude.py": (tests_dir / "prelude.py").read_text(encoding="utf-8"),
-                "test.script": _nix_strip(parts, {}),
-            }
-            script = _nix_strip(template, values)
-            nodes = demo_nodes
-        found.append(_FallbackVmTest(check, script, nodes))
-    return found
-
-
-# ------------------------------------------- end of FALLBACK ---------------------------------------
-
-
-def _load() -> list[_FallbackVmTest]:
-    try:
-        from tests.nix.vm_tests import load_vm_tests  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return _fallback_load_vm_tests()  # FALLBACK
-    return list(load_vm_tests())
+def _load() -> list[VmTest]:
+    return load_vm_tests() if have_nix() and nixpkgs_lib() is not None else []
 
 
 VM_TESTS = _load()
@@ -172,8 +22,11 @@ def test_every_vm_check_is_linted() -> None:
     assert sorted(t.name for t in VM_TESTS) == [
         "vm-acp-demo-starts",
         "vm-claude-standin",
+        "vm-dynamic-user",
         "vm-restart-interrupts-tasks",
+        "vm-secrets",
         "vm-send-produces-turn",
+        "vm-static-user",
         "vm-task-wake-arrives",
     ]
     for t in VM_TESTS:
@@ -182,7 +35,7 @@ def test_every_vm_check_is_linted() -> None:
 
 
 @pytest.mark.parametrize("test", VM_TESTS, ids=lambda t: t.name)
-def test_vm_test_script_passes_the_drivers_lint(test: _FallbackVmTest) -> None:
+def test_vm_test_script_passes_the_drivers_lint(test: VmTest) -> None:
     assert lint(test.script, test.machines) == []
 
 

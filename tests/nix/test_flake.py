@@ -21,8 +21,11 @@ CHECKS = [
     "pytest",
     "vm-acp-demo-starts",
     "vm-claude-standin",
+    "vm-dynamic-user",
     "vm-restart-interrupts-tasks",
+    "vm-secrets",
     "vm-send-produces-turn",
+    "vm-static-user",
     "vm-task-wake-arrives",
 ]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.nix.nixtool import have_nix, nixpkgs_lib, requires_lib, requires_nix
 from tests.nix.nixos_machine import NixosMachine, driver_globals
+from tests.nix.nixtool import have_nix, nixpkgs_lib, requires_lib, requires_nix
 from tests.nix.rig import RigUnavailable, ensure_venv, machine
 from tests.nix.vm_tests import VmTest, load_vm_tests, stub_packages
 
