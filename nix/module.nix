@@ -23,6 +23,7 @@ let
     "/run/user"
   ];
   escape = lib.replaceStrings [ "%" ] [ "%%" ];
+  staticUser = cfg.user != null && cfg.group != null;
 
   # Absolute paths that must stay out of the world-readable store (secrets, mutable directories).
   externalPath = types.pathWith {
@@ -362,7 +363,11 @@ in
       type = types.nullOr types.str;
       default = cfg.user;
       defaultText = literalExpression "config.services.hyperhive.agent.user";
-      description = "The group the service runs as (created along with the user).";
+      description = ''
+        The group a static {option}`services.hyperhive.agent.user` runs as (`Group=`), declared along
+        with the user. Not null when a user is set; null without one (the transient `DynamicUser=`
+        brings its own group).
+      '';
     };
   };
 
@@ -374,19 +379,24 @@ in
       }) rendered.problems
       ++ [
         {
+          assertion = cfg.user == null || cfg.group != null;
+          message = "services.hyperhive.agent: user = \"${toString cfg.user}\" needs a group, but group = null; remove group = null (the default is a group named like the user, created with it) or name an existing group";
+        }
+        {
           assertion = cfg.user != null || cfg.group == null;
           message = "services.hyperhive.agent: group = \"${toString cfg.group}\" needs user to be set too (without a user the service runs as a transient DynamicUser with its own group)";
         }
       ];
 
-    users.users = lib.mkIf (cfg.user != null) {
+    # Only a complete static identity is declared; an incomplete one fails the assertions above.
+    users.users = lib.mkIf staticUser {
       ${cfg.user} = {
         isSystemUser = true;
         inherit (cfg) group;
         home = stateDir;
       };
     };
-    users.groups = lib.mkIf (cfg.user != null) { ${cfg.group} = { }; };
+    users.groups = lib.mkIf staticUser { ${cfg.group} = { }; };
 
     systemd.services.hyperhive-agent = {
       description = "hyperhive agent (${cfg.runtime} runtime)";
@@ -419,7 +429,10 @@ in
         StateDirectory = "hyperhive";
         StateDirectoryMode = "0700";
         WorkingDirectory = escape workdir;
-        DynamicUser = cfg.user == null;
+        # A static user must be named: DynamicUser=false alone runs the service as root.
+        DynamicUser = !staticUser;
+        User = lib.mkIf staticUser cfg.user;
+        Group = lib.mkIf staticUser cfg.group;
         EnvironmentFile = lib.optional (cfg.environmentFile != null) (toString cfg.environmentFile);
         LoadCredential = lib.mapAttrsToList (n: p: "${n}:${toString p}") cfg.credentials;
         UMask = "0077";

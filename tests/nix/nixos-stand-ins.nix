@@ -17,7 +17,16 @@ in
       default = [ ];
     };
     users.users = mkOption {
-      type = types.attrsOf (types.submodule { freeformType = anything; });
+      type = types.attrsOf (
+        types.submodule {
+          freeformType = anything;
+          # Typed as in NixOS (users-groups.nix): a null group is a type error there.
+          options.group = mkOption {
+            type = types.str;
+            default = "";
+          };
+        }
+      );
       default = { };
     };
     users.groups = mkOption {

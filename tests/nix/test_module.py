@@ -129,10 +129,27 @@ def test_working_directory_outside_state_is_writable_and_percent_escaped() -> No
 
 
 def test_static_user_is_created_and_used() -> None:
-    out = eval_module({**DEMO, "user": "agent"})
-    assert out["unit"]["serviceConfig"]["DynamicUser"] is False
-    assert out["users"]["users"]["agent"] == {"isSystemUser": True, "group": "agent", "home": "/var/lib/hyperhive"}
-    assert out["users"]["groups"] == {"agent": {}}
+    out = eval_module({**DEMO, "user": "hyperhive"})
+    sc = out["unit"]["serviceConfig"]
+    # DynamicUser=false alone would run the service as root: User= and Group= name the static user.
+    assert (sc["DynamicUser"], sc["User"], sc["Group"]) == (False, "hyperhive", "hyperhive")
+    assert out["users"]["users"]["hyperhive"] == {
+        "isSystemUser": True,
+        "group": "hyperhive",
+        "home": "/var/lib/hyperhive",
+    }
+    assert out["users"]["groups"] == {"hyperhive": {}}
+
+
+def test_static_user_with_an_existing_group() -> None:
+    sc = eval_module({**DEMO, "user": "hyperhive", "group": "users"})["unit"]["serviceConfig"]
+    assert (sc["User"], sc["Group"]) == ("hyperhive", "users")
+
+
+def test_dynamic_user_names_no_user() -> None:
+    sc = eval_module(DEMO)["unit"]["serviceConfig"]
+    assert sc["DynamicUser"] is True
+    assert "User" not in sc and "Group" not in sc
 
 
 ASSERTIONS = {
@@ -149,6 +166,11 @@ ASSERTIONS = {
     "group-without-user": (
         {**DEMO, "group": "wheel"},
         'services.hyperhive.agent: group = "wheel" needs user to be set too',
+    ),
+    "user-without-group": (
+        {**DEMO, "user": "hyperhive", "group": None},
+        'services.hyperhive.agent: user = "hyperhive" needs a group, but group = null; remove group = null '
+        "(the default is a group named like the user, created with it) or name an existing group",
     ),
     "stdio-without-command": (
         {**DEMO, "extraMcpServers": {"files": {"args": ["/srv"]}}},
