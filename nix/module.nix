@@ -330,8 +330,11 @@ in
       };
       description = ''
         More environment for the harness, the agent and the tasks. Values are literal (`%` is escaped
-        for systemd); no secrets (they would be in the store). `HIVE_*` variables are set from the
-        other options and cannot be set here.
+        for systemd); no secrets (they would be in the store). Names set for the unit elsewhere are
+        refused: `HIVE_*` (from the other options), `PATH` (NixOS makes it from
+        {option}`services.hyperhive.agent.path`), `HOME` (the state directory) and what systemd sets
+        for the unit's settings (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, `WATCHDOG_PID`, `STATE_DIRECTORY`,
+        `CREDENTIALS_DIRECTORY`).
       '';
     };
 
@@ -404,9 +407,7 @@ in
       after = [ "network-online.target" ];
       wants = [ "network-online.target" ];
       inherit (cfg) path;
-      environment = rendered.environment // {
-        HOME = stateDir;
-      };
+      inherit (rendered) environment;
       serviceConfig = {
         # READY=1 once serving, STATUS= lines, WATCHDOG=1 pings (hyperhive agent speaks sd_notify).
         Type = "notify";

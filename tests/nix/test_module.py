@@ -4,6 +4,7 @@ file it renders, and every assertion message an operator can meet."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from tests.nix.nixtool import NixError, eval_module, requires_lib, requires_nix
 pytestmark = [requires_nix, requires_lib]
 
 HYPERHIVE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
+# What NixOS appends to every service's path (nixos/lib/systemd-lib.nix), as the stand-ins' stub packages.
+NIXOS_PATH = ["coreutils-9.8", "findutils-4.10.0", "gnugrep-3.12", "gnused-4.9", "systemd-258"]
 DEMO = {"enable": True, "runtime": "acp", "acp": {"command": HYPERHIVE, "args": ["demo-agent"]}}
 
 
@@ -30,6 +33,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
     out = eval_module({**DEMO, "acp": {**DEMO["acp"], "env": {"K": "v"}, "authMethod": "key"}, "idleTimeout": 90})
     env = out["unit"]["environment"]
     mcp_file = env.pop("HIVE_MCP_SERVERS")
+    assert env.pop("PATH").startswith("/nix/store/")  # NixOS's, from path: see test_path_is_...
     assert mcp_file.startswith("/nix/store/") and mcp_file.endswith("-hyperhive-mcp-servers.json")
     assert env == {
         "HIVE_RUNTIME": "acp",
@@ -79,8 +83,20 @@ def test_unit_wants_network_and_starts_at_boot() -> None:
     unit = eval_module(DEMO)["unit"]
     assert unit["wantedBy"] == ["multi-user.target"]
     assert unit["after"] == unit["wants"] == ["network-online.target"]
-    assert unit["path"] == ["bash-5.3", "git-2.51.0"]
-    assert eval_module(DEMO, path_packages=["nodejs"])["unit"]["path"] == ["nodejs-22.0.0"]
+    assert unit["path"] == ["bash-5.3", "git-2.51.0", *NIXOS_PATH]
+
+
+def store_path(name: str) -> str:
+    return f"/nix/store/00000000000000000000000000000000-{name}"
+
+
+def test_path_is_the_units_packages_then_nixos_defaults() -> None:
+    """NixOS turns `path` into environment.PATH: every bin directory in order, then every sbin."""
+    unit = eval_module(DEMO, path_packages=["nodejs", "git"])["unit"]
+    names = ["nodejs-22.0.0", "git-2.51.0", *NIXOS_PATH]
+    assert unit["path"] == names
+    dirs = unit["environment"]["PATH"].split(":")
+    assert dirs == [f"{store_path(n)}/bin" for n in names] + [f"{store_path(n)}/sbin" for n in names]
 
 
 def test_mcp_file_has_bash_always_and_the_operators_servers() -> None:
@@ -198,6 +214,16 @@ ASSERTIONS = {
         "services.hyperhive.agent: extraEnvironment.HIVE_WORKDIR: set by the module from workingDirectory; "
         "use that option instead",
     ),
+    "path-variable": (
+        {**DEMO, "extraEnvironment": {"PATH": "/opt/tools/bin"}},
+        "services.hyperhive.agent: extraEnvironment.PATH: set by NixOS from path (bin and sbin of each package); "
+        "add packages to path instead",
+    ),
+    "home-variable": (
+        {**DEMO, "extraEnvironment": {"HOME": "/home/agent"}},
+        "services.hyperhive.agent: extraEnvironment.HOME: set by the module to the state directory "
+        "(/var/lib/hyperhive); it is not configurable",
+    ),
     "variable-name": (
         {**DEMO, "acp": {**DEMO["acp"], "env": {"A B": "x"}}},
         "services.hyperhive.agent: acp.env: 'A B' is not a valid environment variable name",
@@ -239,3 +265,16 @@ TYPE_ERRORS = {
 def test_type_error_names_the_option(case: str) -> None:
     settings, message = TYPE_ERRORS[case]
     assert message in errors_of(settings)
+
+
+MODULES = Path(__file__).parent / "fixtures" / "module"
+
+
+def test_stand_ins_take_what_a_vm_test_node_sets() -> None:
+    machine = eval_module(DEMO, modules=[MODULES / "vm-node.nix"])["machine"]
+    assert machine["systemPackages"] == [
+        "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0",
+        "/nix/store/00000000000000000000000000000000-git-2.51.0",
+    ]
+    assert machine["sessionVariables"] == {"HIVE_STATE_DIR": "/var/lib/hyperhive", "XDG_DATA_DIRS": ["/a", "/b"]}
+    assert machine["virtualisation"] == {"memorySize": 1024, "qemu": {"options": ["-smp 2"]}}
