@@ -25,6 +25,26 @@ let
   escape = lib.replaceStrings [ "%" ] [ "%%" ];
   staticUser = cfg.user != null && cfg.group != null;
 
+  # The default `path`, by attribute of pkgs (also written into the option's defaultText).
+  toolbox = [
+    "bash"
+    "coreutils"
+    "findutils"
+    "gnugrep"
+    "gnused"
+    "gawk"
+    "procps"
+    "util-linux"
+    "which"
+    "git"
+    "gnutar"
+    "gzip"
+    "bzip2"
+    "xz"
+    "diffutils"
+    "gnupatch"
+  ];
+
   # Absolute paths that must stay out of the world-readable store (secrets, mutable directories).
   externalPath = types.pathWith {
     inStore = false;
@@ -340,15 +360,23 @@ in
 
     path = mkOption {
       type = types.listOf types.package;
-      default = [
-        pkgs.bash
-        pkgs.git
-      ];
-      defaultText = literalExpression "[ pkgs.bash pkgs.git ]";
-      example = literalExpression "with pkgs; [ bash git nodejs ripgrep ]";
+      default = map (name: pkgs.${name}) toolbox;
+      defaultText = literalExpression "with pkgs; [ ${lib.concatStringsSep " " toolbox} ]";
+      example = literalExpression "options.services.hyperhive.agent.path.default ++ [ pkgs.nodejs pkgs.ripgrep ]";
       description = ''
-        Packages on the service's `PATH`: what the agent, its MCP servers and its background shell
-        tasks may run (NixOS adds coreutils, findutils, grep, sed and systemd).
+        Packages on the service's `PATH` (their `bin` and `sbin`, in this order): what the agent, its
+        MCP servers and its background shell tasks can run by name.
+
+        The default is the userland that agents, and the commands and scripts they write, take for
+        granted on any Linux machine (roughly Debian's essential set, plus git): bash; coreutils,
+        findutils, grep, sed and awk; procps (`ps`, `pgrep`, `kill`) and util-linux (`setsid`,
+        `flock`, `getopt`); `which`; git; tar with gzip, bzip2 and xz, for the archives found in
+        repositories and releases; diff and patch. NixOS appends coreutils, findutils, grep, sed and
+        systemd to every service's path.
+
+        A definition replaces the default. To add to it, extend the default, with `options` among
+        your module's arguments:
+        `services.hyperhive.agent.path = options.services.hyperhive.agent.path.default ++ [ pkgs.nodejs ];`
       '';
     };
 

@@ -16,6 +16,26 @@ pytestmark = [requires_nix, requires_lib]
 HYPERHIVE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
 # What NixOS appends to every service's path (nixos/lib/systemd-lib.nix), as the stand-ins' stub packages.
 NIXOS_PATH = ["coreutils-9.8", "findutils-4.10.0", "gnugrep-3.12", "gnused-4.9", "systemd-258"]
+# The default `path`: what an agent and its tasks expect on any Linux machine.
+TOOLBOX = [
+    "bash-5.3",
+    "coreutils-9.8",
+    "findutils-4.10.0",
+    "gnugrep-3.12",
+    "gnused-4.9",
+    "gawk-5.3.2",
+    "procps-4.0.4",
+    "util-linux-2.41",
+    "which-2.23",
+    "git-2.51.0",
+    "gnutar-1.35",
+    "gzip-1.14",
+    "bzip2-1.0.8",
+    "xz-5.8.1",
+    "diffutils-3.12",
+    "patch-2.8",
+]
+MODULES = Path(__file__).parent / "fixtures" / "module"
 DEMO = {"enable": True, "runtime": "acp", "acp": {"command": HYPERHIVE, "args": ["demo-agent"]}}
 
 
@@ -83,7 +103,12 @@ def test_unit_wants_network_and_starts_at_boot() -> None:
     unit = eval_module(DEMO)["unit"]
     assert unit["wantedBy"] == ["multi-user.target"]
     assert unit["after"] == unit["wants"] == ["network-online.target"]
-    assert unit["path"] == ["bash-5.3", "git-2.51.0", *NIXOS_PATH]
+    assert unit["path"] == [*TOOLBOX, *NIXOS_PATH]
+
+
+def test_path_extends_the_default_as_its_description_says() -> None:
+    unit = eval_module(DEMO, modules=[MODULES / "extend-path.nix"])["unit"]
+    assert unit["path"] == [*TOOLBOX, "nodejs-22.0.0", *NIXOS_PATH]
 
 
 def store_path(name: str) -> str:
@@ -265,9 +290,6 @@ TYPE_ERRORS = {
 def test_type_error_names_the_option(case: str) -> None:
     settings, message = TYPE_ERRORS[case]
     assert message in errors_of(settings)
-
-
-MODULES = Path(__file__).parent / "fixtures" / "module"
 
 
 def test_stand_ins_take_what_a_vm_test_node_sets() -> None:
