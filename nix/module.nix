@@ -308,6 +308,24 @@ in
       '';
     };
 
+    restrictNamespaces = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Whether the agent and its tasks are kept from creating namespaces (systemd's
+        `RestrictNamespaces=`). That also stops sandboxes built on unprivileged user namespaces, such
+        as Claude Code's own sandbox (bubblewrap), which then fails with "No permissions to create new
+        namespace".
+
+        Set it to false to let such a sandbox run: the unit then allows namespaces, and its
+        system-call filter allows what the sandbox does inside them (`@mount` for mount and
+        pivot_root, `capset` to drop its capabilities); outside them the service still has no
+        capabilities. The sandbox's own tools go on {option}`services.hyperhive.agent.path` (Claude
+        Code's: `pkgs.bubblewrap` and `pkgs.socat`), and the host must allow unprivileged user
+        namespaces (NixOS does unless `security.allowUserNamespaces = false`).
+      '';
+    };
+
     workingDirectory = mkOption {
       type = externalPath;
       default = stateDir;
@@ -478,6 +496,10 @@ in
         # - RestrictAddressFamilies includes AF_NETLINK: Node's os.networkInterfaces() uses it.
         # - SystemCallFilter keeps @system-service (no ~@resources): Node and build tools set
         #   priorities and affinities.
+        # - restrictNamespaces = false (an agent's own sandbox, e.g. Claude Code's bubblewrap) lifts
+        #   RestrictNamespaces and adds @mount and capset to SystemCallFilter: bubblewrap mounts,
+        #   pivots and drops capabilities inside its user namespace; without @mount it fails ("Failed
+        #   to make / slave"), without capset it hangs (measured under this unit, systemd 252).
         NoNewPrivileges = true;
         ProtectSystem = "strict";
         ProtectHome = if underHome workdir then "read-only" else true;
@@ -494,7 +516,7 @@ in
         LockPersonality = true;
         RestrictRealtime = true;
         RestrictSUIDSGID = true;
-        RestrictNamespaces = true;
+        RestrictNamespaces = cfg.restrictNamespaces;
         RemoveIPC = true;
         CapabilityBoundingSet = [ "" ];
         AmbientCapabilities = [ "" ];
@@ -508,6 +530,10 @@ in
         SystemCallFilter = [
           "@system-service"
           "~@privileged"
+        ]
+        ++ lib.optionals (!cfg.restrictNamespaces) [
+          "@mount"
+          "capset"
         ];
         SystemCallErrorNumber = "EPERM";
         MemoryDenyWriteExecute = false;

@@ -99,6 +99,21 @@ def test_unit_settings_supervise_and_harden() -> None:
     assert sc["EnvironmentFile"] == [] and sc["LoadCredential"] == []
 
 
+def test_namespaces_are_restricted_by_default() -> None:
+    sc = eval_module(DEMO)["unit"]["serviceConfig"]
+    assert sc["RestrictNamespaces"] is True
+    assert sc["SystemCallFilter"] == ["@system-service", "~@privileged"]
+
+
+def test_namespaces_can_be_allowed_for_a_sandbox() -> None:
+    """Claude Code's sandbox (bubblewrap) needs namespaces, and inside them mount, pivot_root (@mount)
+    and capset: measured under this unit in the rig, bubblewrap hangs or fails with any of them missing."""
+    sc = eval_module({**DEMO, "restrictNamespaces": False})["unit"]["serviceConfig"]
+    assert sc["RestrictNamespaces"] is False
+    assert sc["SystemCallFilter"] == ["@system-service", "~@privileged", "@mount", "capset"]
+    assert sc["CapabilityBoundingSet"] == [""] and sc["NoNewPrivileges"] is True
+
+
 def test_unit_wants_network_and_starts_at_boot() -> None:
     unit = eval_module(DEMO)["unit"]
     assert unit["wantedBy"] == ["multi-user.target"]
