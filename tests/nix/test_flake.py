@@ -122,6 +122,27 @@ def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> No
     assert py == 5
 
 
+def test_module_builds_the_default_package_with_the_hosts_pkgs(flake: tuple[Path, Path]) -> None:
+    """nixosModules.default under a nixosSystem-like evaluation whose pkgs are the host's, for a system the
+    flake has no packages for: the default package is the host's callPackage of nix/package.nix, not
+    this flake's pinned packages.<system> (a second nixpkgs closure, and a missing attribute here)."""
+    src, stub = flake
+    apply = f"""m: let
+      lib = import {stub}/lib;
+      pkgs = import {stub}/pkgs.nix {{ inherit lib; system = "riscv64-linux"; }};
+      eval = lib.evalModules {{
+        modules = [ {src}/tests/nix/nixos-stand-ins.nix m {{ _module.args.pkgs = pkgs; }} ];
+      }};
+      p = eval.config.services.hyperhive.agent.package;
+    in {{
+      inherit (p) name system;
+      hosts = p.drvPath == (pkgs.callPackage {src}/nix/package.nix {{ }}).drvPath;
+    }}"""
+    proc = nix(flake, "eval", "--json", "--impure", f"path:{src}#nixosModules.default", "--apply", apply)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"name": "hyperhive-0.1.0", "system": "riscv64-linux", "hosts": True}
+
+
 def test_overlay_adds_the_package(flake: tuple[Path, Path]) -> None:
     called = nix_eval(
         flake, "overlays.default", "o: (o { callPackage = f: a: baseNameOf (toString f); } { }).hyperhive"
