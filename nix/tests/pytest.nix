@@ -17,7 +17,19 @@ pkgs.runCommand "hyperhive-pytest"
       pkgs.coreutils
       pkgs.procps
     ];
-    src = pkgs.lib.cleanSource ../..;
+    # What the suite reads (nix/source.nix): the package's project and sources, the tests, pytest's
+    # configuration, and the task starter tests/nix names; a docs or CI change does not rerun it.
+    src = import ../source.nix { inherit (pkgs) lib; } {
+      root = ../..;
+      include = [
+        "python/pyproject.toml"
+        "python/src"
+        "tests"
+        "nix/tests/start_task.py"
+        "pytest.ini"
+      ];
+      name = "hyperhive-pytest-source";
+    };
   }
   ''
     cp -r "$src" source && chmod -R u+w source && cd source

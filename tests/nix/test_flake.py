@@ -7,12 +7,13 @@ import json
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.nix.nixtool import REPO, nix_env, nixpkgs_lib, requires_lib, requires_nix
+from tests.nix.nixtool import REPO, NixError, instantiate, nix_env, nixpkgs_lib, requires_lib, requires_nix
 
 pytestmark = [requires_nix, requires_lib]
 
@@ -113,6 +114,76 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         "doCheck": False,
         "changelog": "https://github.com/agentclientprotocol/python-sdk/releases/tag/0.12.1",
     }
+
+
+def store_files(store_path: str) -> set[str]:
+    root = Path(store_path)
+    assert root.is_dir() and str(root).startswith("/nix/store/"), store_path
+    return {str(f.relative_to(root)) for f in root.rglob("*") if f.is_file() or f.is_symlink()}
+
+
+def tracked(*paths: str) -> set[str]:
+    out = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=REPO, capture_output=True, check=True)
+    return set(filter(None, out.stdout.decode().split("\0")))
+
+
+@pytest.fixture
+def stray_files(flake: tuple[Path, Path]) -> Iterator[None]:
+    """Files a working tree gathers (notes, caches, build leftovers, a docs change) in the flake's copy:
+    none of them belongs in a source, so none may change one."""
+    src = flake[0]
+    stray = [
+        "python/notes.md",
+        "python/.mypy_cache/3.11/x.json",
+        "python/src/hyperhive/__pycache__/cli.cpython-311.pyc",
+        "python/src/hyperhive.egg-info/PKG-INFO",
+        "tests/unit/__pycache__/x.pyc",
+        "docs/new-page.md",
+        "README.extra.md",
+    ]
+    for rel in stray:
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("stray\n")
+    try:
+        yield
+    finally:
+        for rel in stray:
+            (src / rel).unlink()
+
+
+def test_package_source_is_exactly_what_the_build_needs(flake: tuple[Path, Path], stray_files: None) -> None:
+    """pyproject.toml and the package's sources, nothing else: a docs, test or CI change does not rebuild."""
+    path = nix_eval(flake, "packages.x86_64-linux.default", 'p: "${p.src}"')
+    expected = {f.removeprefix("python/") for f in tracked("python/pyproject.toml", "python/src")}
+    assert store_files(path) == expected
+    assert "pyproject.toml" in expected and "src/hyperhive/__init__.py" in expected
+
+
+def test_pytest_check_source_is_what_the_suite_needs(flake: tuple[Path, Path], stray_files: None) -> None:
+    path = nix_eval(flake, "checks.x86_64-linux.pytest", 'c: "${c.src}"')
+    expected = tracked("python/pyproject.toml", "python/src", "tests", "nix/tests/start_task.py", "pytest.ini")
+    assert store_files(path) == expected
+    assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_cgroups.py"} <= expected
+
+
+def test_source_refuses_a_listed_path_that_does_not_exist() -> None:
+    expr = (
+        f"let lib = import {nixpkgs_lib()}; in"
+        ' "${import ./nix/source.nix { inherit lib; } { root = ./python; include = [ "src" "READMEE.md" ]; }}"'
+    )
+    with pytest.raises(NixError) as err:
+        instantiate(["-E", expr])
+    assert "nix/source.nix: not found under" in err.value.stderr and "READMEE.md" in err.value.stderr
+
+
+def test_package_meta_names_license_and_homepage(flake: tuple[Path, Path]) -> None:
+    meta = nix_eval(
+        flake, "packages.x86_64-linux.default", "p: { inherit (p.meta) homepage; license = p.meta.license.spdxId; }"
+    )
+    assert meta == {"homepage": "https://github.com/hyperhive/hyperhive", "license": "MIT"}
+    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())["project"]
+    assert pyproject["license"] == "MIT"  # an SPDX expression (PEP 639), as hatchling reads it
+    assert (REPO / "LICENSE").read_text().startswith("MIT License\n\nCopyright (c) the hyperhive authors\n")
 
 
 def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> None:

@@ -95,7 +95,7 @@ let
       assert builtins.isString t.name && builtins.isString t.testScript;
       assert builtins.isFunction t.nodes.machine || builtins.isAttrs t.nodes.machine;
       drv "vm-test-run-${t.name}" { inherit (t) testScript; };
-    runCommand = name: env: script: drv name { inherit script; };
+    runCommand = name: env: script: drv name (env // { inherit script; });
     writeShellApplication = a: drv a.name { meta.mainProgram = a.name; };
     writeText = name: text: builtins.toFile name text;
     mkShell = attrs: drv "nix-shell" { packageNames = map (p: p.name) attrs.packages; };
