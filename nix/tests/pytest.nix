@@ -11,11 +11,14 @@ let
 in
 pkgs.runCommand "hyperhive-pytest"
   {
+    # What the suite runs besides Python: bash, coreutils, procps (ps, pkill) and util-linux (setsid,
+    # test_cgroups). A plain list: an emulation of this check reads it by evaluating this file.
     nativeBuildInputs = [
       python
       pkgs.bash
       pkgs.coreutils
       pkgs.procps
+      pkgs.util-linux
     ];
     # What the suite reads (nix/source.nix): the package's project and sources, the tests, pytest's
     # configuration, and the task starter tests/nix names; a docs or CI change does not rerun it.

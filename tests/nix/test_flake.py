@@ -166,6 +166,13 @@ def test_pytest_check_source_is_what_the_suite_needs(flake: tuple[Path, Path], s
     assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_cgroups.py"} <= expected
 
 
+def test_pytest_check_has_the_tools_the_suite_runs(flake: tuple[Path, Path]) -> None:
+    """setsid (util-linux) for test_cgroups' escape test, ps/pkill (procps), bash and coreutils: a plain
+    list, which an emulation of the check reads by evaluating nix/tests/pytest.nix with the stub."""
+    names = nix_eval(flake, "checks.x86_64-linux.pytest", "c: map (p: p.name) c.nativeBuildInputs")
+    assert names == ["python3-env", "bash", "coreutils", "procps", "util-linux"]
+
+
 def test_source_refuses_a_listed_path_that_does_not_exist() -> None:
     expr = (
         f"let lib = import {nixpkgs_lib()}; in"

@@ -109,6 +109,7 @@ let
     "bash"
     "coreutils"
     "procps"
+    "util-linux"
     "git"
     "python3Packages"
   ] (n: drv n { });
