@@ -30,14 +30,14 @@
         }
       );
 
-      # The module, with the package of this flake for the host's system as the default.
+      # The module, with the package built by the host's own nixpkgs as the default: one closure with
+      # the rest of the system, its overlays and config, and any system it runs on. (packages.<system>
+      # are built with this flake's pinned nixpkgs, for `nix build` and the checks.)
       nixosModules.default =
         { lib, pkgs, ... }:
         {
           imports = [ ./nix/module.nix ];
-          services.hyperhive.agent.package =
-            lib.mkDefault
-              self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+          services.hyperhive.agent.package = lib.mkDefault (pkgs.callPackage ./nix/package.nix { });
         };
 
       # NixOS VM tests (one per behaviour) and the Python suite; see nix/tests/default.nix.

@@ -23,6 +23,27 @@ let
     "/run/user"
   ];
   escape = lib.replaceStrings [ "%" ] [ "%%" ];
+  staticUser = cfg.user != null && cfg.group != null;
+
+  # The default `path`, by attribute of pkgs (also written into the option's defaultText).
+  toolbox = [
+    "bash"
+    "coreutils"
+    "findutils"
+    "gnugrep"
+    "gnused"
+    "gawk"
+    "procps"
+    "util-linux"
+    "which"
+    "git"
+    "gnutar"
+    "gzip"
+    "bzip2"
+    "xz"
+    "diffutils"
+    "gnupatch"
+  ];
 
   # Absolute paths that must stay out of the world-readable store (secrets, mutable directories).
   externalPath = types.pathWith {
@@ -287,6 +308,24 @@ in
       '';
     };
 
+    restrictNamespaces = mkOption {
+      type = types.bool;
+      default = true;
+      description = ''
+        Whether the agent and its tasks are kept from creating namespaces (systemd's
+        `RestrictNamespaces=`). That also stops sandboxes built on unprivileged user namespaces, such
+        as Claude Code's own sandbox (bubblewrap), which then fails with "No permissions to create new
+        namespace".
+
+        Set it to false to let such a sandbox run: the unit then allows namespaces, and its
+        system-call filter allows what the sandbox does inside them (`@mount` for mount and
+        pivot_root, `capset` to drop its capabilities); outside them the service still has no
+        capabilities. The sandbox's own tools go on {option}`services.hyperhive.agent.path` (Claude
+        Code's: `pkgs.bubblewrap` and `pkgs.socat`), and the host must allow unprivileged user
+        namespaces (NixOS does unless `security.allowUserNamespaces = false`).
+      '';
+    };
+
     workingDirectory = mkOption {
       type = externalPath;
       default = stateDir;
@@ -329,22 +368,33 @@ in
       };
       description = ''
         More environment for the harness, the agent and the tasks. Values are literal (`%` is escaped
-        for systemd); no secrets (they would be in the store). `HIVE_*` variables are set from the
-        other options and cannot be set here.
+        for systemd); no secrets (they would be in the store). Names set for the unit elsewhere are
+        refused: `HIVE_*` (from the other options), `PATH` (NixOS makes it from
+        {option}`services.hyperhive.agent.path`), `HOME` (the state directory) and what systemd sets
+        for the unit's settings (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, `WATCHDOG_PID`, `STATE_DIRECTORY`,
+        `CREDENTIALS_DIRECTORY`).
       '';
     };
 
     path = mkOption {
       type = types.listOf types.package;
-      default = [
-        pkgs.bash
-        pkgs.git
-      ];
-      defaultText = literalExpression "[ pkgs.bash pkgs.git ]";
-      example = literalExpression "with pkgs; [ bash git nodejs ripgrep ]";
+      default = map (name: pkgs.${name}) toolbox;
+      defaultText = literalExpression "with pkgs; [ ${lib.concatStringsSep " " toolbox} ]";
+      example = literalExpression "options.services.hyperhive.agent.path.default ++ [ pkgs.nodejs pkgs.ripgrep ]";
       description = ''
-        Packages on the service's `PATH`: what the agent, its MCP servers and its background shell
-        tasks may run (NixOS adds coreutils, findutils, grep, sed and systemd).
+        Packages on the service's `PATH` (their `bin` and `sbin`, in this order): what the agent, its
+        MCP servers and its background shell tasks can run by name.
+
+        The default is the userland that agents, and the commands and scripts they write, take for
+        granted on any Linux machine (roughly Debian's essential set, plus git): bash; coreutils,
+        findutils, grep, sed and awk; procps (`ps`, `pgrep`, `kill`) and util-linux (`setsid`,
+        `flock`, `getopt`); `which`; git; tar with gzip, bzip2 and xz, for the archives found in
+        repositories and releases; diff and patch. NixOS appends coreutils, findutils, grep, sed and
+        systemd to every service's path.
+
+        A definition replaces the default. To add to it, extend the default, with `options` among
+        your module's arguments:
+        `services.hyperhive.agent.path = options.services.hyperhive.agent.path.default ++ [ pkgs.nodejs ];`
       '';
     };
 
@@ -362,7 +412,11 @@ in
       type = types.nullOr types.str;
       default = cfg.user;
       defaultText = literalExpression "config.services.hyperhive.agent.user";
-      description = "The group the service runs as (created along with the user).";
+      description = ''
+        The group a static {option}`services.hyperhive.agent.user` runs as (`Group=`), declared along
+        with the user. Not null when a user is set; null without one (the transient `DynamicUser=`
+        brings its own group).
+      '';
     };
   };
 
@@ -374,19 +428,24 @@ in
       }) rendered.problems
       ++ [
         {
+          assertion = cfg.user == null || cfg.group != null;
+          message = "services.hyperhive.agent: user = \"${toString cfg.user}\" needs a group, but group = null; remove group = null (the default is a group named like the user, created with it) or name an existing group";
+        }
+        {
           assertion = cfg.user != null || cfg.group == null;
           message = "services.hyperhive.agent: group = \"${toString cfg.group}\" needs user to be set too (without a user the service runs as a transient DynamicUser with its own group)";
         }
       ];
 
-    users.users = lib.mkIf (cfg.user != null) {
+    # Only a complete static identity is declared; an incomplete one fails the assertions above.
+    users.users = lib.mkIf staticUser {
       ${cfg.user} = {
         isSystemUser = true;
         inherit (cfg) group;
         home = stateDir;
       };
     };
-    users.groups = lib.mkIf (cfg.user != null) { ${cfg.group} = { }; };
+    users.groups = lib.mkIf staticUser { ${cfg.group} = { }; };
 
     systemd.services.hyperhive-agent = {
       description = "hyperhive agent (${cfg.runtime} runtime)";
@@ -394,9 +453,7 @@ in
       after = [ "network-online.target" ];
       wants = [ "network-online.target" ];
       inherit (cfg) path;
-      environment = rendered.environment // {
-        HOME = stateDir;
-      };
+      inherit (rendered) environment;
       serviceConfig = {
         # READY=1 once serving, STATUS= lines, WATCHDOG=1 pings (hyperhive agent speaks sd_notify).
         Type = "notify";
@@ -419,7 +476,10 @@ in
         StateDirectory = "hyperhive";
         StateDirectoryMode = "0700";
         WorkingDirectory = escape workdir;
-        DynamicUser = cfg.user == null;
+        # A static user must be named: DynamicUser=false alone runs the service as root.
+        DynamicUser = !staticUser;
+        User = lib.mkIf staticUser cfg.user;
+        Group = lib.mkIf staticUser cfg.group;
         EnvironmentFile = lib.optional (cfg.environmentFile != null) (toString cfg.environmentFile);
         LoadCredential = lib.mapAttrsToList (n: p: "${n}:${toString p}") cfg.credentials;
         UMask = "0077";
@@ -436,6 +496,10 @@ in
         # - RestrictAddressFamilies includes AF_NETLINK: Node's os.networkInterfaces() uses it.
         # - SystemCallFilter keeps @system-service (no ~@resources): Node and build tools set
         #   priorities and affinities.
+        # - restrictNamespaces = false (an agent's own sandbox, e.g. Claude Code's bubblewrap) lifts
+        #   RestrictNamespaces and adds @mount and capset to SystemCallFilter: bubblewrap mounts,
+        #   pivots and drops capabilities inside its user namespace; without @mount it fails ("Failed
+        #   to make / slave"), without capset it hangs (measured under this unit, systemd 252).
         NoNewPrivileges = true;
         ProtectSystem = "strict";
         ProtectHome = if underHome workdir then "read-only" else true;
@@ -452,7 +516,7 @@ in
         LockPersonality = true;
         RestrictRealtime = true;
         RestrictSUIDSGID = true;
-        RestrictNamespaces = true;
+        RestrictNamespaces = cfg.restrictNamespaces;
         RemoveIPC = true;
         CapabilityBoundingSet = [ "" ];
         AmbientCapabilities = [ "" ];
@@ -466,6 +530,10 @@ in
         SystemCallFilter = [
           "@system-service"
           "~@privileged"
+        ]
+        ++ lib.optionals (!cfg.restrictNamespaces) [
+          "@mount"
+          "capset"
         ];
         SystemCallErrorNumber = "EPERM";
         MemoryDenyWriteExecute = false;

@@ -37,7 +37,15 @@ python.pkgs.buildPythonApplication {
   inherit (pyproject.project) version;
   pyproject = true;
 
-  src = lib.cleanSource ../python;
+  # pyproject.toml and the package's sources only (nix/source.nix): a change elsewhere does not rebuild.
+  src = import ./source.nix { inherit lib; } {
+    root = ../python;
+    include = [
+      "pyproject.toml"
+      "src"
+    ];
+    name = "hyperhive-source";
+  };
 
   build-system = [ python.pkgs.hatchling ];
 
@@ -65,6 +73,8 @@ python.pkgs.buildPythonApplication {
 
   meta = {
     inherit (pyproject.project) description;
+    homepage = "https://github.com/hyperhive/hyperhive";
+    license = lib.licenses.mit;
     mainProgram = "hyperhive";
     platforms = lib.platforms.linux;
   };

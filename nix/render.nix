@@ -194,6 +194,21 @@ let
     HIVE_SOCKET = "the harness itself (it sets it for its children)";
   };
 
+  # Variables set for the unit by something other than these settings, each with where its value
+  # comes from. NixOS writes PATH from the unit's `path` (nixos/lib/systemd-lib.nix) at normal
+  # priority, so a second definition fails the build ("conflicting definition values"); systemd sets
+  # the others at start for the unit's own settings, where a value from Environment= would break
+  # the harness's link to systemd or hide the unit's directories.
+  unitSet = {
+    PATH = "set by NixOS from path (bin and sbin of each package); add packages to path instead";
+    HOME = "set by the module to the state directory (${toString stateDirectory}); it is not configurable";
+    NOTIFY_SOCKET = "set by systemd for this unit (Type=notify: readiness and watchdog pings); remove it";
+    WATCHDOG_USEC = "set by systemd for this unit from watchdogSec; use that option instead";
+    WATCHDOG_PID = "set by systemd for this unit (the watchdog's main process); remove it";
+    STATE_DIRECTORY = "set by systemd for this unit (StateDirectory=); remove it";
+    CREDENTIALS_DIRECTORY = "set by systemd for this unit from credentials; use that option instead";
+  };
+
   absolute = p: isString p && match "/.*" p != null;
 
   problems = concatLists [
@@ -278,6 +293,9 @@ let
     (map (n: "extraEnvironment.${n}: set by the module from ${optionFor.${n}}; use that option instead") (
       filter (n: elem n managed) (attrNames extraEnvironment)
     ))
+    (map (n: "extraEnvironment.${n}: ${unitSet.${n}}") (
+      filter (n: unitSet ? ${n}) (attrNames extraEnvironment)
+    ))
     (if isStrAttrs extraEnvironment then [ ] else [ "extraEnvironment must be an attribute set of strings" ])
     (map (n: "extraEnvironment: '${n}' is not a valid environment variable name") (
       filter (n: !(envName n)) (attrNames extraEnvironment)
@@ -307,6 +325,8 @@ let
       HIVE_WORKDIR = workingDirectory;
       HIVE_MCP_SERVERS = "${mcpFile}";
       HIVE_CGROUP = cgroup;
+      # The agent's and the tasks' own files (~/.claude, caches, git config) live with the state.
+      HOME = stateDirectory;
     }
     // optional (idleTimeout != null) { HIVE_IDLE_TIMEOUT = seconds idleTimeout; }
     // optional (cancelGrace != null) { HIVE_CANCEL_GRACE = seconds cancelGrace; }

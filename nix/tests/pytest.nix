@@ -11,13 +11,28 @@ let
 in
 pkgs.runCommand "hyperhive-pytest"
   {
+    # What the suite runs besides Python: bash, coreutils, procps (ps, pkill) and util-linux (setsid,
+    # test_cgroups). A plain list: an emulation of this check reads it by evaluating this file.
     nativeBuildInputs = [
       python
       pkgs.bash
       pkgs.coreutils
       pkgs.procps
+      pkgs.util-linux
     ];
-    src = pkgs.lib.cleanSource ../..;
+    # What the suite reads (nix/source.nix): the package's project and sources, the tests, pytest's
+    # configuration, and the task starter tests/nix names; a docs or CI change does not rerun it.
+    src = import ../source.nix { inherit (pkgs) lib; } {
+      root = ../..;
+      include = [
+        "python/pyproject.toml"
+        "python/src"
+        "tests"
+        "nix/tests/start_task.py"
+        "pytest.ini"
+      ];
+      name = "hyperhive-pytest-source";
+    };
   }
   ''
     cp -r "$src" source && chmod -R u+w source && cd source

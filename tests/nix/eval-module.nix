@@ -2,11 +2,13 @@
 #   nix-instantiate --eval --strict --json --read-write-mode tests/nix/eval-module.nix \
 #     --arg lib "import $NIXPKGS_LIB" --argstr settings '{"enable": true, "runtime": "acp", ...}'
 # `settings` is JSON (no Nix quoting to get wrong) for services.hyperhive.agent; `pathPackages` names
-# stub packages to put in `path`. Failed assertions throw, as nixos-rebuild does, with every message.
+# stub packages to put in `path`; `extraModules` are more NixOS modules (files), for what JSON cannot
+# say (`options`, `pkgs`). Failed assertions throw, as nixos-rebuild does, with every message.
 {
   lib,
   settings ? "{}",
   pathPackages ? [ ],
+  extraModules ? [ ],
 }:
 let
   pkgs = import ./stub-pkgs.nix;
@@ -21,7 +23,8 @@ let
         services.hyperhive.agent =
           given // lib.optionalAttrs (pathPackages != [ ]) { path = map (n: pkgs.${n}) pathPackages; };
       }
-    ];
+    ]
+    ++ extraModules;
   };
   cfg = eval.config;
   failed = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
@@ -34,12 +37,19 @@ let
     else
       {
         services = builtins.attrNames cfg.systemd.services;
-        unit = removeAttrs svc [ "path" ] // {
-          path = map (p: p.name) svc.path;
+        # The unit as the module and NixOS's additions make it (environment.PATH included); `path`
+        # by package name, to read.
+        unit = svc // {
+          path = map (p: p.name or p) svc.path;
         };
         mcpJson = builtins.readFile svc.environment.HIVE_MCP_SERVERS;
         users = cfg.users;
         warnings = cfg.warnings;
+        # What a VM test node sets besides the service (nix/tests/demo-machine.nix).
+        machine = {
+          inherit (cfg.environment) systemPackages sessionVariables;
+          inherit (cfg) virtualisation;
+        };
       };
 in
 builtins.deepSeq result result

@@ -83,11 +83,17 @@ def render_problems(settings: dict[str, Any]) -> list[str]:
     return result
 
 
-def eval_module(settings: dict[str, Any], path_packages: list[str] | None = None) -> Any:
-    """tests/nix/eval-module.nix: the module under lib.evalModules with the NixOS stand-ins."""
+def eval_module(
+    settings: dict[str, Any], path_packages: list[str] | None = None, modules: list[Path] | None = None
+) -> Any:
+    """tests/nix/eval-module.nix: the module under lib.evalModules with the NixOS stand-ins, plus `modules`
+    (NixOS module files)."""
     lib = nixpkgs_lib()
     assert lib is not None
     args = ["tests/nix/eval-module.nix", "--arg", "lib", f"import {lib}", "--argstr", "settings", json.dumps(settings)]
     if path_packages:
         args += ["--arg", "pathPackages", "[ " + " ".join(json.dumps(p) for p in path_packages) + " ]"]
+    if modules:
+        # Nix path literals: absolute, no quoting.
+        args += ["--arg", "extraModules", "[ " + " ".join(str(m.resolve()) for m in modules) + " ]"]
     return instantiate(args)

@@ -1,5 +1,6 @@
-# The few packages nix/module.nix reads, as fake derivations (no builds): enough for lib.getExe and
-# string interpolation. writeText is builtins.toFile, which is pure and needs no nixpkgs.
+# The few packages nix/module.nix and the stand-ins read, as fake derivations (no builds): enough for
+# lib.getExe, lib.makeBinPath and string interpolation. writeText is builtins.toFile, which is pure
+# and needs no nixpkgs.
 let
   fake = name: mainProgram: {
     type = "derivation";
@@ -12,7 +13,22 @@ in
   hyperhive = fake "hyperhive-0.1.0" "hyperhive";
   claude-code = fake "claude-code-2.0.0" "claude";
   bash = fake "bash-5.3" "bash";
+  bzip2 = fake "bzip2-1.0.8" "bzip2";
+  coreutils = fake "coreutils-9.8" "ls";
+  diffutils = fake "diffutils-3.12" "diff";
+  findutils = fake "findutils-4.10.0" "find";
+  gawk = fake "gawk-5.3.2" "awk";
   git = fake "git-2.51.0" "git";
+  gnugrep = fake "gnugrep-3.12" "grep";
+  gnupatch = fake "patch-2.8" "patch";
+  gnused = fake "gnused-4.9" "sed";
+  gnutar = fake "gnutar-1.35" "tar";
+  gzip = fake "gzip-1.14" "gzip";
   nodejs = fake "nodejs-22.0.0" "node";
+  procps = fake "procps-4.0.4" "ps";
+  systemd = fake "systemd-258" "systemctl";
+  util-linux = fake "util-linux-2.41" "setsid";
+  which = fake "which-2.23" "which";
+  xz = fake "xz-5.8.1" "xz";
   writeText = name: text: builtins.toFile name text;
 }

@@ -7,12 +7,13 @@ import json
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.nix.nixtool import REPO, nix_env, nixpkgs_lib, requires_lib, requires_nix
+from tests.nix.nixtool import REPO, NixError, instantiate, nix_env, nixpkgs_lib, requires_lib, requires_nix
 
 pytestmark = [requires_nix, requires_lib]
 
@@ -118,11 +119,109 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
     }
 
 
+def store_files(store_path: str) -> set[str]:
+    root = Path(store_path)
+    assert root.is_dir() and str(root).startswith("/nix/store/"), store_path
+    return {str(f.relative_to(root)) for f in root.rglob("*") if f.is_file() or f.is_symlink()}
+
+
+def tracked(*paths: str) -> set[str]:
+    out = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=REPO, capture_output=True, check=True)
+    return set(filter(None, out.stdout.decode().split("\0")))
+
+
+@pytest.fixture
+def stray_files(flake: tuple[Path, Path]) -> Iterator[None]:
+    """Files a working tree gathers (notes, caches, build leftovers, a docs change) in the flake's copy:
+    none of them belongs in a source, so none may change one."""
+    src = flake[0]
+    stray = [
+        "python/notes.md",
+        "python/.mypy_cache/3.11/x.json",
+        "python/src/hyperhive/__pycache__/cli.cpython-311.pyc",
+        "python/src/hyperhive.egg-info/PKG-INFO",
+        "tests/unit/__pycache__/x.pyc",
+        "docs/new-page.md",
+        "README.extra.md",
+    ]
+    for rel in stray:
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("stray\n")
+    try:
+        yield
+    finally:
+        for rel in stray:
+            (src / rel).unlink()
+
+
+def test_package_source_is_exactly_what_the_build_needs(flake: tuple[Path, Path], stray_files: None) -> None:
+    """pyproject.toml and the package's sources, nothing else: a docs, test or CI change does not rebuild."""
+    path = nix_eval(flake, "packages.x86_64-linux.default", 'p: "${p.src}"')
+    expected = {f.removeprefix("python/") for f in tracked("python/pyproject.toml", "python/src")}
+    assert store_files(path) == expected
+    assert "pyproject.toml" in expected and "src/hyperhive/__init__.py" in expected
+
+
+def test_pytest_check_source_is_what_the_suite_needs(flake: tuple[Path, Path], stray_files: None) -> None:
+    path = nix_eval(flake, "checks.x86_64-linux.pytest", 'c: "${c.src}"')
+    expected = tracked("python/pyproject.toml", "python/src", "tests", "nix/tests/start_task.py", "pytest.ini")
+    assert store_files(path) == expected
+    assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_cgroups.py"} <= expected
+
+
+def test_pytest_check_has_the_tools_the_suite_runs(flake: tuple[Path, Path]) -> None:
+    """setsid (util-linux) for test_cgroups' escape test, ps/pkill (procps), bash and coreutils: a plain
+    list, which an emulation of the check reads by evaluating nix/tests/pytest.nix with the stub."""
+    names = nix_eval(flake, "checks.x86_64-linux.pytest", "c: map (p: p.name) c.nativeBuildInputs")
+    assert names == ["python3-env", "bash", "coreutils", "procps", "util-linux"]
+
+
+def test_source_refuses_a_listed_path_that_does_not_exist() -> None:
+    expr = (
+        f"let lib = import {nixpkgs_lib()}; in"
+        ' "${import ./nix/source.nix { inherit lib; } { root = ./python; include = [ "src" "READMEE.md" ]; }}"'
+    )
+    with pytest.raises(NixError) as err:
+        instantiate(["-E", expr])
+    assert "nix/source.nix: not found under" in err.value.stderr and "READMEE.md" in err.value.stderr
+
+
+def test_package_meta_names_license_and_homepage(flake: tuple[Path, Path]) -> None:
+    meta = nix_eval(
+        flake, "packages.x86_64-linux.default", "p: { inherit (p.meta) homepage; license = p.meta.license.spdxId; }"
+    )
+    assert meta == {"homepage": "https://github.com/hyperhive/hyperhive", "license": "MIT"}
+    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())["project"]
+    assert pyproject["license"] == "MIT"  # an SPDX expression (PEP 639), as hatchling reads it
+    assert (REPO / "LICENSE").read_text().startswith("MIT License\n\nCopyright (c) the hyperhive authors\n")
+
+
 def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> None:
     names = nix_eval(flake, "devShells.x86_64-linux.default.packageNames")
     assert names == ["python3-env", "ruff", "nodejs", "nix", "nixfmt-tree"]
     py = nix_eval(flake, "devShells.x86_64-linux.default", "s: builtins.length s.packageNames")
     assert py == 5
+
+
+def test_module_builds_the_default_package_with_the_hosts_pkgs(flake: tuple[Path, Path]) -> None:
+    """nixosModules.default under a nixosSystem-like evaluation whose pkgs are the host's, for a system the
+    flake has no packages for: the default package is the host's callPackage of nix/package.nix, not
+    this flake's pinned packages.<system> (a second nixpkgs closure, and a missing attribute here)."""
+    src, stub = flake
+    apply = f"""m: let
+      lib = import {stub}/lib;
+      pkgs = import {stub}/pkgs.nix {{ inherit lib; system = "riscv64-linux"; }};
+      eval = lib.evalModules {{
+        modules = [ {src}/tests/nix/nixos-stand-ins.nix m {{ _module.args.pkgs = pkgs; }} ];
+      }};
+      p = eval.config.services.hyperhive.agent.package;
+    in {{
+      inherit (p) name system;
+      hosts = p.drvPath == (pkgs.callPackage {src}/nix/package.nix {{ }}).drvPath;
+    }}"""
+    proc = nix(flake, "eval", "--json", "--impure", f"path:{src}#nixosModules.default", "--apply", apply)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"name": "hyperhive-0.1.0", "system": "riscv64-linux", "hosts": True}
 
 
 def test_overlay_adds_the_package(flake: tuple[Path, Path]) -> None:

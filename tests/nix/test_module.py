@@ -4,6 +4,7 @@ file it renders, and every assertion message an operator can meet."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,28 @@ from tests.nix.nixtool import NixError, eval_module, requires_lib, requires_nix
 pytestmark = [requires_nix, requires_lib]
 
 HYPERHIVE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
+# What NixOS appends to every service's path (nixos/lib/systemd-lib.nix), as the stand-ins' stub packages.
+NIXOS_PATH = ["coreutils-9.8", "findutils-4.10.0", "gnugrep-3.12", "gnused-4.9", "systemd-258"]
+# The default `path`: what an agent and its tasks expect on any Linux machine.
+TOOLBOX = [
+    "bash-5.3",
+    "coreutils-9.8",
+    "findutils-4.10.0",
+    "gnugrep-3.12",
+    "gnused-4.9",
+    "gawk-5.3.2",
+    "procps-4.0.4",
+    "util-linux-2.41",
+    "which-2.23",
+    "git-2.51.0",
+    "gnutar-1.35",
+    "gzip-1.14",
+    "bzip2-1.0.8",
+    "xz-5.8.1",
+    "diffutils-3.12",
+    "patch-2.8",
+]
+MODULES = Path(__file__).parent / "fixtures" / "module"
 DEMO = {"enable": True, "runtime": "acp", "acp": {"command": HYPERHIVE, "args": ["demo-agent"]}}
 
 
@@ -30,6 +53,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
     out = eval_module({**DEMO, "acp": {**DEMO["acp"], "env": {"K": "v"}, "authMethod": "key"}, "idleTimeout": 90})
     env = out["unit"]["environment"]
     mcp_file = env.pop("HIVE_MCP_SERVERS")
+    assert env.pop("PATH").startswith("/nix/store/")  # NixOS's, from path: see test_path_is_...
     assert mcp_file.startswith("/nix/store/") and mcp_file.endswith("-hyperhive-mcp-servers.json")
     assert env == {
         "HIVE_RUNTIME": "acp",
@@ -75,12 +99,44 @@ def test_unit_settings_supervise_and_harden() -> None:
     assert sc["EnvironmentFile"] == [] and sc["LoadCredential"] == []
 
 
+def test_namespaces_are_restricted_by_default() -> None:
+    sc = eval_module(DEMO)["unit"]["serviceConfig"]
+    assert sc["RestrictNamespaces"] is True
+    assert sc["SystemCallFilter"] == ["@system-service", "~@privileged"]
+
+
+def test_namespaces_can_be_allowed_for_a_sandbox() -> None:
+    """Claude Code's sandbox (bubblewrap) needs namespaces, and inside them mount, pivot_root (@mount)
+    and capset: measured under this unit in the rig, bubblewrap hangs or fails with any of them missing."""
+    sc = eval_module({**DEMO, "restrictNamespaces": False})["unit"]["serviceConfig"]
+    assert sc["RestrictNamespaces"] is False
+    assert sc["SystemCallFilter"] == ["@system-service", "~@privileged", "@mount", "capset"]
+    assert sc["CapabilityBoundingSet"] == [""] and sc["NoNewPrivileges"] is True
+
+
 def test_unit_wants_network_and_starts_at_boot() -> None:
     unit = eval_module(DEMO)["unit"]
     assert unit["wantedBy"] == ["multi-user.target"]
     assert unit["after"] == unit["wants"] == ["network-online.target"]
-    assert unit["path"] == ["bash-5.3", "git-2.51.0"]
-    assert eval_module(DEMO, path_packages=["nodejs"])["unit"]["path"] == ["nodejs-22.0.0"]
+    assert unit["path"] == [*TOOLBOX, *NIXOS_PATH]
+
+
+def test_path_extends_the_default_as_its_description_says() -> None:
+    unit = eval_module(DEMO, modules=[MODULES / "extend-path.nix"])["unit"]
+    assert unit["path"] == [*TOOLBOX, "nodejs-22.0.0", *NIXOS_PATH]
+
+
+def store_path(name: str) -> str:
+    return f"/nix/store/00000000000000000000000000000000-{name}"
+
+
+def test_path_is_the_units_packages_then_nixos_defaults() -> None:
+    """NixOS turns `path` into environment.PATH: every bin directory in order, then every sbin."""
+    unit = eval_module(DEMO, path_packages=["nodejs", "git"])["unit"]
+    names = ["nodejs-22.0.0", "git-2.51.0", *NIXOS_PATH]
+    assert unit["path"] == names
+    dirs = unit["environment"]["PATH"].split(":")
+    assert dirs == [f"{store_path(n)}/bin" for n in names] + [f"{store_path(n)}/sbin" for n in names]
 
 
 def test_mcp_file_has_bash_always_and_the_operators_servers() -> None:
@@ -129,10 +185,27 @@ def test_working_directory_outside_state_is_writable_and_percent_escaped() -> No
 
 
 def test_static_user_is_created_and_used() -> None:
-    out = eval_module({**DEMO, "user": "agent"})
-    assert out["unit"]["serviceConfig"]["DynamicUser"] is False
-    assert out["users"]["users"]["agent"] == {"isSystemUser": True, "group": "agent", "home": "/var/lib/hyperhive"}
-    assert out["users"]["groups"] == {"agent": {}}
+    out = eval_module({**DEMO, "user": "hyperhive"})
+    sc = out["unit"]["serviceConfig"]
+    # DynamicUser=false alone would run the service as root: User= and Group= name the static user.
+    assert (sc["DynamicUser"], sc["User"], sc["Group"]) == (False, "hyperhive", "hyperhive")
+    assert out["users"]["users"]["hyperhive"] == {
+        "isSystemUser": True,
+        "group": "hyperhive",
+        "home": "/var/lib/hyperhive",
+    }
+    assert out["users"]["groups"] == {"hyperhive": {}}
+
+
+def test_static_user_with_an_existing_group() -> None:
+    sc = eval_module({**DEMO, "user": "hyperhive", "group": "users"})["unit"]["serviceConfig"]
+    assert (sc["User"], sc["Group"]) == ("hyperhive", "users")
+
+
+def test_dynamic_user_names_no_user() -> None:
+    sc = eval_module(DEMO)["unit"]["serviceConfig"]
+    assert sc["DynamicUser"] is True
+    assert "User" not in sc and "Group" not in sc
 
 
 ASSERTIONS = {
@@ -149,6 +222,11 @@ ASSERTIONS = {
     "group-without-user": (
         {**DEMO, "group": "wheel"},
         'services.hyperhive.agent: group = "wheel" needs user to be set too',
+    ),
+    "user-without-group": (
+        {**DEMO, "user": "hyperhive", "group": None},
+        'services.hyperhive.agent: user = "hyperhive" needs a group, but group = null; remove group = null '
+        "(the default is a group named like the user, created with it) or name an existing group",
     ),
     "stdio-without-command": (
         {**DEMO, "extraMcpServers": {"files": {"args": ["/srv"]}}},
@@ -175,6 +253,16 @@ ASSERTIONS = {
         {**DEMO, "extraEnvironment": {"HIVE_WORKDIR": "/srv"}},
         "services.hyperhive.agent: extraEnvironment.HIVE_WORKDIR: set by the module from workingDirectory; "
         "use that option instead",
+    ),
+    "path-variable": (
+        {**DEMO, "extraEnvironment": {"PATH": "/opt/tools/bin"}},
+        "services.hyperhive.agent: extraEnvironment.PATH: set by NixOS from path (bin and sbin of each package); "
+        "add packages to path instead",
+    ),
+    "home-variable": (
+        {**DEMO, "extraEnvironment": {"HOME": "/home/agent"}},
+        "services.hyperhive.agent: extraEnvironment.HOME: set by the module to the state directory "
+        "(/var/lib/hyperhive); it is not configurable",
     ),
     "variable-name": (
         {**DEMO, "acp": {**DEMO["acp"], "env": {"A B": "x"}}},
@@ -217,3 +305,13 @@ TYPE_ERRORS = {
 def test_type_error_names_the_option(case: str) -> None:
     settings, message = TYPE_ERRORS[case]
     assert message in errors_of(settings)
+
+
+def test_stand_ins_take_what_a_vm_test_node_sets() -> None:
+    machine = eval_module(DEMO, modules=[MODULES / "vm-node.nix"])["machine"]
+    assert machine["systemPackages"] == [
+        "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0",
+        "/nix/store/00000000000000000000000000000000-git-2.51.0",
+    ]
+    assert machine["sessionVariables"] == {"HIVE_STATE_DIR": "/var/lib/hyperhive", "XDG_DATA_DIRS": ["/a", "/b"]}
+    assert machine["virtualisation"] == {"memorySize": 1024, "qemu": {"options": ["-smp 2"]}}

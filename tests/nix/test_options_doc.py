@@ -37,6 +37,7 @@ def test_options_doc_documents_every_option_the_issue_names() -> None:
         "extraMcpServers.<name>.allowedTools",
         "idleTimeout",
         "cancelGrace",
+        "restrictNamespaces",
         "workingDirectory",
         "environmentFile",
         "extraEnvironment",

@@ -102,7 +102,7 @@ let
         inherit (t) testScript;
         hyperhiveTest = t;
       };
-    runCommand = name: env: script: drv name { inherit script; };
+    runCommand = name: env: script: drv name (env // { inherit script; });
     writeShellApplication =
       a:
       drv a.name {
