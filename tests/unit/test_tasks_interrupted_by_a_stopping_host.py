@@ -4,7 +4,8 @@ Seen under a real systemd: at `systemctl restart`, both running tasks were recor
 SIGKILL)`, not `interrupted`. The service learns that it is stopping at its first SIGTERM, but its engine
 used to hear of it only once the turn was stopped and the agent closed (seconds later): a task that died
 meanwhile, of any hand's signal, was recorded as a plain end, and its wake did not say that its host had
-stopped.
+stopped. The recorders after a host's death (the killer of its task, the next engine's recovery) follow
+the same rule, and the store keeps the first end they record.
 
 Each window is held open by an event (a file the fake agent waits for, a gate at the engine's boundary),
 never by a sleep.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -24,7 +27,9 @@ from hyperhive.harness.control_wire import ControlCall
 from hyperhive.store import Store, TaskRow
 from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.process import group_alive, process_start
 from tests.unit.harness_service import running_service
+from tests.unit.test_engine_hardening import gone_pid
 
 HOST_STOPPED = "interrupted: the process hosting the task stopped"
 
@@ -122,3 +127,54 @@ async def test_an_exit_seen_before_the_host_began_to_stop_but_recorded_after_is_
             end = (await engine.status(row.id, wait_seconds=20)).row
     assert (end.status, end.signal) == ("interrupted", signal.SIGKILL)
     assert len(wake_bodies(db, row.id)) == 1
+
+
+@contextmanager
+def orphan() -> Iterator[subprocess.Popen[bytes]]:
+    """A task process whose host is gone: still running, in a group of its own."""
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.anyio
+async def test_the_killer_of_a_task_whose_host_died_records_interrupted_unless_its_kill_ended_it(
+    tmp_path: Path,
+) -> None:
+    """`hyperhive tasks kill` records a task whose host is dead. Found already gone, the task died with its
+    host (during a restart, say) and is `interrupted`, as the next engine's recovery records it; found
+    running (an orphan of a crashed host), it is `killed` by this request."""
+    db = tmp_path / "db"
+    host = gone_pid()
+    with orphan() as alive, Store(db) as store:
+        gone = store.create_task("sleep 300", str(tmp_path), None, host, "1")
+        store.mark_running(gone.id, gone_pid(), "1", 1.0)
+        running = store.create_task("sleep 300", str(tmp_path), None, host, "1")
+        store.mark_running(running.id, alive.pid, process_start(alive.pid) or "?", 1.0)
+        killer = TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off", kill_grace=0.5)  # as the CLI's
+        died_with_host = await killer.kill(gone.id)
+        killed = await killer.kill(running.id)
+        assert not group_alive(alive.pid)
+    assert (died_with_host.view.row.status, died_with_host.survived) == ("interrupted", False)
+    assert died_with_host.view.row.error == "interrupted: the process hosting the task stopped before it finished"
+    assert (killed.view.row.status, killed.view.row.error) == ("killed", "killed on request")
+    assert task_row(db, gone.id).status == "interrupted" and task_row(db, running.id).status == "killed"
+    assert len(wake_bodies(db, gone.id)) == 1 and len(wake_bodies(db, running.id)) == 1
+
+
+def test_an_end_is_recorded_once_and_wakes_the_agent_once(tmp_path: Path) -> None:
+    """After a host died, its task's end may be recorded by the next engine's recovery and by a killer at
+    the same time: the first end stands, the second writes nothing, not even a wake."""
+    with Store(tmp_path / "db") as store:
+        row = store.create_task("sleep 300", str(tmp_path), None, gone_pid(), "1")
+        store.mark_running(row.id, gone_pid(), "1", 1.0)
+        source = f"bash-task-{row.id}"
+        first = store.write_end(row.id, "interrupted", error=HOST_STOPPED, wake=(source, "recovered"))
+        second = store.write_end(row.id, "killed", error="killed on request", wake=(source, "killed"))
+        assert (store.get_task(row.id).status, store.get_task(row.id).error) == ("interrupted", HOST_STOPPED)
+        assert [w.body for w in store.pending_wakes()] == ["recovered"]
+        assert (first, second) == (True, False)

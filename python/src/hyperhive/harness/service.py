@@ -56,11 +56,12 @@ class WakeStore(Store):
         super().__init__(*args, **kwargs)
         self.doorbell = doorbell
 
-    def write_end(self, *args: Any, **kwargs: Any) -> None:
+    def write_end(self, *args: Any, **kwargs: Any) -> bool:
         # Called on the engine's store thread: ringing is thread-safe.
-        super().write_end(*args, **kwargs)
-        if kwargs.get("wake") is not None:
+        recorded = super().write_end(*args, **kwargs)
+        if recorded and kwargs.get("wake") is not None:
             self.doorbell.ring()
+        return recorded
 
     def add_wake(
         self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None

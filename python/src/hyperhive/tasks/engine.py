@@ -481,15 +481,23 @@ class TaskEngine:
             return KillResult(self.view(row), survived, was_running=False, leftovers=count)
         # Someone else's task (another process), or one whose host died.
         await self._db(self.store.request_kill, tid, what="the kill was not requested")
-        survived = False
+        survived = signalled = False
         if row.pid is not None and same_process(row.pid, row.pid_start):
+            signalled = True
             survived = await terminate_group(row.pid, self.kill_grace)
         if same_process(row.owner_pid, row.owner_start):
             row = await self._poll_store(tid, 5.0)  # its host records the end
-        if not row.final:
-            end = self._decide_end(row, "killed", error="killed on request", wake=True)
-            await self._write_end(end, give_up_after=10.0)
-            row = end.row
+        if not row.final and not same_process(row.owner_pid, row.owner_start):
+            # Its host is gone without recording the end: dead before we came, or it died while we waited
+            # (a restart). Killed on request only if our signal found the task's process alive; otherwise it
+            # ended with its host, unseen, and is recorded as the next engine's recovery records it. Both
+            # may try: the store keeps the first end, so the answer is read back. (A live host slow to
+            # record keeps the say: it reaped the task and knows how it ended.)
+            if signalled:
+                end = self._decide_end(row, "killed", error="killed on request", wake=True)
+            else:
+                end = self._decide_end(row, "interrupted", error=_HOST_GONE, wake=True)
+            row = await self._row(tid) if await self._write_end(end, give_up_after=10.0) else end.row
         return KillResult(self.view(row), survived, was_running=True)
 
     def list(self, limit: int = 100) -> list[TaskRow]:
