@@ -377,6 +377,13 @@ class Turn:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.cancel.wait(), float(arg))
 
+    async def do_holdcancel(self, arg: str) -> None:
+        """`holdcancel:FILE`: silent until the cancel, which is answered only once FILE (relative to the
+        working directory) exists: the host's stop is held open for as long as a test needs."""
+        await self.cancel.wait()
+        while not await asyncio.to_thread(os.path.exists, arg):
+            await asyncio.sleep(0.02)
+
     async def do_ignorecancel(self, arg: str) -> None:
         """`ignorecancel:S`: S seconds without a word, deaf to cancels."""
         await asyncio.sleep(float(arg))

@@ -503,20 +503,25 @@ class Store:
         pid_start: str | None = None,
         cpu_usec: int | None = None,
         memory_peak: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Record a task's end and, in the same transaction, its wake: never one without the other.
 
         `ended_at` is when it ended (a write retried after a failure comes later); `started_at`, `pid` and
         `pid_start` fill in a `mark_running` that could not be written at the time. Nothing is read back,
         so a caller retrying after a failure never writes the wake twice.
+
+        An end is recorded once: a task already ended keeps its end and gets no second wake, and False is
+        returned. Two recorders can meet after a host died (the next engine's recovery and a `tasks kill`
+        of the same task); whichever comes second must neither rewrite the first nor wake the agent twice.
         """
         now = time.time()
         ended = now if ended_at is None else ended_at
         with self.transaction() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE tasks SET status = ?, exit_code = ?, signal = ?, error = COALESCE(?, error),"
                 " ended_at = ?, started_at = COALESCE(started_at, ?, ?), pid = COALESCE(pid, ?),"
-                " pid_start = COALESCE(pid_start, ?), cpu_usec = ?, memory_peak = ? WHERE id = ?",
+                " pid_start = COALESCE(pid_start, ?), cpu_usec = ?, memory_peak = ?"
+                " WHERE id = ? AND status IN ('pending', 'running')",
                 (
                     status,
                     exit_code,
@@ -532,8 +537,11 @@ class Store:
                     task_id,
                 ),
             )
+            if cur.rowcount == 0:
+                return False
             if wake is not None:
                 self._insert_wake(db, wake[0], wake[1], now, now)
+        return True
 
     # -- wakes ---------------------------------------------------------------------------------------
 

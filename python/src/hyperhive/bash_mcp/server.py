@@ -141,6 +141,7 @@ async def serve_standalone(config: Config) -> None:
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                         async for signum in signals:
                             log.info("bash-mcp: %s, shutting down", signal.Signals(signum).name)
+                            engine.host_stopping()  # what dies from now on dies with this server
                             tg.cancel_scope.cancel()
                             return
 

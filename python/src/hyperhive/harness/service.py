@@ -56,11 +56,12 @@ class WakeStore(Store):
         super().__init__(*args, **kwargs)
         self.doorbell = doorbell
 
-    def write_end(self, *args: Any, **kwargs: Any) -> None:
+    def write_end(self, *args: Any, **kwargs: Any) -> bool:
         # Called on the engine's store thread: ringing is thread-safe.
-        super().write_end(*args, **kwargs)
-        if kwargs.get("wake") is not None:
+        recorded = super().write_end(*args, **kwargs)
+        if recorded and kwargs.get("wake") is not None:
             self.doorbell.ring()
+        return recorded
 
     def add_wake(
         self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
@@ -265,13 +266,16 @@ async def _run(
             )
             service = Service(agent_config, records, engine, runtime, loop, feed, doorbell, time.time(), http_url)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
-            await tg.start(_watch_signals, loop, tg, config.cancel_grace + STOP_MARGIN, notifier)
+            await tg.start(_watch_signals, loop, engine, tg, config.cancel_grace + STOP_MARGIN, notifier)
             tg.start_soon(notifier.watchdog)
             notifier.ready("idle")
             log.info("hyperhive %s serving %s (runtime %s)", __version__, config.state_dir, runtime.name)
             await loop.run()
             tg.cancel_scope.cancel()
     finally:
+        # However the loop ended (a signal, a second one, an error): the tasks die with the service from
+        # here, while the runtime closes first (issue 14; see TaskEngine.host_stopping).
+        engine.host_stopping()
         if runtime is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(config.cancel_grace + STOP_MARGIN):
                 await runtime.aclose()
@@ -293,6 +297,7 @@ async def _start_tools(
 
 async def _watch_signals(
     loop: TurnLoop,
+    engine: TaskEngine,
     tg: TaskGroup,
     deadline: float,
     notifier: SystemdNotifier,
@@ -308,6 +313,9 @@ async def _watch_signals(
                 tg.cancel_scope.cancel()
                 return
             first = False
+            # Before the turn is stopped and the agent closed (seconds): a task that dies meanwhile, of
+            # whatever signal, died because the service is stopping, and is recorded `interrupted`.
+            engine.host_stopping()
             notifier.stopping()
             interrupted = loop.stop()
             during = " (interrupting the turn in flight)" if interrupted else ""

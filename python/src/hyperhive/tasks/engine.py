@@ -19,7 +19,9 @@ a task's end is kept in memory, answered from there, and written with its wake o
 
 Leaving the engine's context kills every task it still runs (and whatever ended tasks left behind) and
 marks it `interrupted`; a new engine marks `interrupted`, in the background, whatever a dead predecessor
-left pending or running, and kills its groups.
+left pending or running, and kills its groups. A task killed because its host stopped is `interrupted`
+whoever's signal got there first (see `_end_status`): the host calls `host_stopping()` as soon as it
+starts to go, well before it leaves the context.
 """
 
 from __future__ import annotations
@@ -140,6 +142,10 @@ class _Leftover:
 # reach of the next engine's recovery.
 _GATE = "read -r _hive_go || exit 125; exec </dev/null; "
 
+# The error of an `interrupted` task: recorded by its host as it stopped, or by whoever came after it.
+_HOST_STOPPED = "interrupted: the process hosting the task stopped"
+_HOST_GONE = "interrupted: the process hosting the task stopped before it finished"
+
 
 def _release(go: int) -> None:
     """Let a gated task run (see `_GATE`)."""
@@ -250,6 +256,9 @@ class TaskEngine:
         self._db_limiter: anyio.CapacityLimiter | None = None
         self._read_store: Store | None = None
         self._tg: TaskGroup | None = None
+        # How far the host has gone, forward only: stopping (it said so; nothing killed yet), then closing
+        # (`shutdown`: the engine kills). Read when an end is recorded (`_end_status`).
+        self._stopping = False
         self._closing = False
         self._pid = os.getpid()
         self._start = process_start(self._pid) or "?"
@@ -300,10 +309,22 @@ class TaskEngine:
             raise StoreError(f"{self.tasks_dir} exists and is not a directory", path=str(self.tasks_dir))
         private_dir(self.tasks_dir)
 
+    def host_stopping(self) -> None:
+        """The host has begun to stop (its first SIGTERM): its tasks are about to die with it.
+
+        Call it at once, not when leaving the context: a service first stops its turn and closes its agent
+        (seconds), and in the meantime a task can be killed by another hand (under systemd, the unit's
+        SIGKILL of its cgroup, or an operator's `systemctl kill`). Recorded as a plain end, such a task read
+        `done (ended by SIGKILL)` instead of `interrupted`, and its wake did not say that its host had
+        stopped (issue 14). Idempotent, synchronous, safe from any task of the engine's event loop.
+        """
+        self._stopping = True
+
     async def shutdown(self) -> None:
         """Kill every task still running here and whatever ended ones left behind; mark the running ones
         interrupted, with their wakes, and write what the store has not taken yet (bounded)."""
-        self._closing = True
+        # Before anything awaits: from here every end a supervisor records is `interrupted`.
+        self._stopping = self._closing = True
         live = list(self._live.values())
         leftovers = list(self._leftovers.values())
         self._leftovers.clear()
@@ -353,8 +374,7 @@ class TaskEngine:
                 path = self._cgroups.task_dir(row.id)
                 await cgroup_mod.kill_and_wait(path)
                 cgroup_mod.remove(path)
-            error = "interrupted: the process hosting the task stopped before it finished"
-            end = self._decide_end(row, "interrupted", error=error, wake=True)
+            end = self._decide_end(row, "interrupted", error=_HOST_GONE, wake=True)
             await self._write_end(end)
             recovered.append(end.row)
 
@@ -461,15 +481,23 @@ class TaskEngine:
             return KillResult(self.view(row), survived, was_running=False, leftovers=count)
         # Someone else's task (another process), or one whose host died.
         await self._db(self.store.request_kill, tid, what="the kill was not requested")
-        survived = False
+        survived = signalled = False
         if row.pid is not None and same_process(row.pid, row.pid_start):
+            signalled = True
             survived = await terminate_group(row.pid, self.kill_grace)
         if same_process(row.owner_pid, row.owner_start):
             row = await self._poll_store(tid, 5.0)  # its host records the end
-        if not row.final:
-            end = self._decide_end(row, "killed", error="killed on request", wake=True)
-            await self._write_end(end, give_up_after=10.0)
-            row = end.row
+        if not row.final and not same_process(row.owner_pid, row.owner_start):
+            # Its host is gone without recording the end: dead before we came, or it died while we waited
+            # (a restart). Killed on request only if our signal found the task's process alive; otherwise it
+            # ended with its host, unseen, and is recorded as the next engine's recovery records it. Both
+            # may try: the store keeps the first end, so the answer is read back. (A live host slow to
+            # record keeps the say: it reaped the task and knows how it ended.)
+            if signalled:
+                end = self._decide_end(row, "killed", error="killed on request", wake=True)
+            else:
+                end = self._decide_end(row, "interrupted", error=_HOST_GONE, wake=True)
+            row = await self._row(tid) if await self._write_end(end, give_up_after=10.0) else end.row
         return KillResult(self.view(row), survived, was_running=True)
 
     def list(self, limit: int = 100) -> list[TaskRow]:
@@ -707,7 +735,7 @@ class TaskEngine:
         except anyio.get_cancelled_exc_class():
             # The engine's scope was cancelled under us: the task dies with its host, recorded as such.
             with anyio.CancelScope(shield=True):
-                self._closing = True
+                self._stopping = self._closing = True
                 await self._kill_everything(live.pgid, live.cgroup)
                 code = -signal.SIGKILL  # what to record should the leader outlive SIGKILL (stuck in the kernel)
                 with anyio.move_on_after(5.0):
@@ -743,16 +771,7 @@ class TaskEngine:
             live.kill_requested = True
         # From here to `done.set()` nothing awaits: the decision (wake or not) and the waiters agree.
         self._live.pop(live.id, None)
-        status: TaskStatus
-        error = None
-        if self._closing:
-            status, error = "interrupted", "interrupted: the process hosting the task stopped"
-        elif live.timed_out:
-            status = "timed_out"
-        elif live.kill_requested:
-            status = "killed"
-        else:
-            status = "done"
+        status, error = self._end_status(live, code)
         usage = cgroup_mod.usage(live.cgroup) if live.cgroup is not None else (None, None)
         end = self._decide_end(
             row,
@@ -760,13 +779,38 @@ class TaskEngine:
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             error=error,
-            # Someone waiting inline gets the full status back; a wake would tell the agent twice.
-            wake=live.waiters == 0 or self._closing,
+            # Someone waiting inline gets the full status back; a wake would tell the agent twice. Not for
+            # an interrupted task: whoever waits is being stopped too, and the next start must hear of it.
+            wake=live.waiters == 0 or status == "interrupted",
             usage=usage,
         )
         self._track_leftovers(live)
         live.done.set()
         return end
+
+    def _end_status(self, live: _Live, code: int) -> tuple[TaskStatus, str | None]:
+        """The status of an end (and its error), decided when the supervisor records it.
+
+        A task killed because its host stopped is `interrupted`, whichever signal got there first: the
+        engine's own at shutdown, systemd's SIGKILL of the cgroup, anything else while the host goes. The
+        senders cannot be told apart, so the host's state decides, read now (it only moves forward) and
+        not when the exit happened: an exit seen before the host began to stop but recorded after counts
+        as after.
+
+        - closing (`shutdown` has begun, the engine kills): every end, even one with an exit code (a task
+          that traps TERM and exits 0 was cut short all the same);
+        - stopping (`host_stopping`, nothing killed by us yet): an end by a signal. A kill on request or a
+          timeout under way keeps its own status, and an exit with a code is a task that finished.
+        """
+        if self._closing:
+            return "interrupted", _HOST_STOPPED
+        if live.timed_out:
+            return "timed_out", None
+        if live.kill_requested:
+            return "killed", None
+        if self._stopping and code < 0:
+            return "interrupted", _HOST_STOPPED
+        return "done", None
 
     def _track_leftovers(self, live: _Live) -> None:
         """Remember a group (cgroup) that outlives its leader, so status, kill and shutdown reach it."""
