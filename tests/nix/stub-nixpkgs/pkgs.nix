@@ -95,7 +95,17 @@ let
       assert builtins.isString t.name && builtins.isString t.testScript;
       assert builtins.isFunction t.nodes.machine || builtins.isAttrs t.nodes.machine;
       drv "vm-test-run-${t.name}" { inherit (t) testScript; };
-    runCommand = name: env: script: drv name { inherit script; };
+    # As nixpkgs' runCommandWith: the environment attributes stay on the derivation (nativeBuildInputs,
+    # src …) and the script is its buildCommand, passed as a file.
+    runCommand =
+      name: env: buildCommand:
+      drv name (
+        env
+        // {
+          inherit buildCommand;
+          passAsFile = [ "buildCommand" ] ++ (env.passAsFile or [ ]);
+        }
+      );
     writeShellApplication = a: drv a.name { meta.mainProgram = a.name; };
     writeText = name: text: builtins.toFile name text;
     mkShell = attrs: drv "nix-shell" { packageNames = map (p: p.name) attrs.packages; };
@@ -109,6 +119,7 @@ let
     "bash"
     "coreutils"
     "procps"
+    "util-linux"
     "git"
     "python3Packages"
   ] (n: drv n { });
