@@ -111,7 +111,7 @@ class BuildResult:
     def failed_tests(self) -> list[str]:
         """The tests pytest's summary (-ra) lists as FAILED or ERROR."""
         plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", self.log).replace("\r", "")
-        return re.findall(r"^(?:FAILED|ERROR) (\S+)", plain, re.MULTILINE)
+        return re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", plain, re.MULTILINE)
 
 
 # --- what to build ------------------------------------------------------------------------------------
@@ -168,20 +168,26 @@ def derivation(
 
 
 def build(drv: Derivation, *, venv: Path = REPO / ".venv", keep: bool = False, timeout: float = 3600) -> BuildResult:
-    """Runs the derivation's builder in the emulated sandbox (a child process; needs root)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as spec:
-        spec.write(drv.to_json())
-        spec.flush()
-        cmd = [sys.executable, "-m", "tests.nix.build_sandbox", "--spec", spec.name, "--venv", str(venv)]
+    """Runs the derivation's builder in the emulated sandbox (a child process; needs root). The build
+    directory goes even when the child is killed at the timeout, unless `keep`."""
+    work = Path(tempfile.mkdtemp(prefix=f"nix-build-{drv.name}-"))
+    try:
+        spec = work / "derivation.json"
+        spec.write_text(drv.to_json())
+        helper = [sys.executable, "-m", "tests.nix.build_sandbox", "--spec", str(spec), "--venv", str(venv)]
         proc = subprocess.run(
-            [*cmd, *(["--keep"] if keep else [])],
+            [*helper, "--work", str(work)],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout,
             check=False,
         )
-    return BuildResult(proc.returncode, proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace"))
+        log = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+        return BuildResult(proc.returncode, log + (f"note: keeping build directory '{work}'\n" if keep else ""))
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 # --- system calls Python 3.11 does not wrap -------------------------------------------------------------
@@ -615,43 +621,46 @@ def run(plan: _Plan) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def build_here(drv: Derivation, venv: Path, keep: bool = False) -> int:
-    """prepare + run in this (root) process, as Nix reports it; the exit code to give."""
-    work = Path(tempfile.mkdtemp(prefix=f"nix-build-{drv.name}-"))
-    try:
-        code = run(prepare(drv, venv, work))
-        produced = _under(work / "root", drv.out).exists()
-        if code != 0:
-            print(f"error: builder for '{drv.name}' failed with exit code {code}", flush=True)
-        elif not produced:
-            print(f"error: builder for '{drv.name}' failed to produce output path '{drv.out}'", flush=True)
-            code = 1
-        return code
-    finally:
-        if keep:
-            print(f"note: keeping build directory '{work}'", flush=True)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+def build_here(drv: Derivation, venv: Path, work: Path) -> int:
+    """prepare + run in this (root) process, in `work`, and report as Nix does; the exit code."""
+    code = run(prepare(drv, venv, work))
+    if code != 0:
+        print(f"error: builder for '{drv.name}' failed with exit code {code}", flush=True)
+    elif not _under(work / "root", drv.out).exists():
+        print(f"error: builder for '{drv.name}' failed to produce output path '{drv.out}'", flush=True)
+        code = 1
+    return code
 
 
 def main(argv: list[str]) -> int:
     import argparse
 
+    from tests.nix.nixtool import NixError, nixpkgs_lib
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", type=Path, help="the derivation as JSON (default: checks.pytest, evaluated)")
     parser.add_argument("--venv", type=Path, default=REPO / ".venv")
+    parser.add_argument("--work", type=Path, help="a directory to build in (default: a new one, removed after)")
     parser.add_argument("--keep", action="store_true", help="keep the build directory, as nix build --keep-failed")
     args = parser.parse_args(argv)
-    if args.spec is not None:
-        drv = Derivation.from_json(args.spec.read_text())
-    else:
-        from tests.nix.nixtool import nixpkgs_lib
-
-        lib = nixpkgs_lib()
-        if lib is None:
-            parser.error("no nixpkgs lib to evaluate checks.pytest with: set NIXPKGS_LIB")
-        drv = read_check(lib)
-    return build_here(drv, args.venv, args.keep)
+    work = args.work or Path(tempfile.mkdtemp(prefix="nix-build-"))
+    try:
+        if args.spec is not None:
+            drv = Derivation.from_json(args.spec.read_text())
+        else:
+            lib = nixpkgs_lib()
+            if lib is None:
+                parser.error("no nixpkgs lib to evaluate checks.pytest with: set NIXPKGS_LIB")
+            drv = read_check(lib)
+        return build_here(drv, args.venv, work)
+    except (toolbox.ToolboxError, NixError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            print(f"note: keeping build directory '{work}'", flush=True)
+        elif args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
