@@ -3,8 +3,9 @@
 What the builder sees, as Nix (src/libstore/unix/build/linux-derivation-builder.cc,
 chroot-derivation-builder.cc) and nixpkgs' stdenv set it up, and how each is made here:
 
-- A root of its own: `pivot_root` into a fresh directory holding only /nix/store (the inputs), /build,
-  /tmp (1777), /etc (passwd, group, hosts; read-only), a minimal /dev, a new /proc, and /bin/sh. No
+- A root of its own: `pivot_root` into a fresh directory holding only /nix/store (the inputs), /build
+  (the build directory: Nix's sandbox-build-dir, where TMPDIR points), /tmp (1777), /etc (passwd,
+  group, hosts; read-only), a minimal /dev, a new /proc, /bin/sh and the host paths named below. No
   /usr/bin, no /sys (Nix mounts sysfs only for uid-range builds): `ls /sys` finds nothing because there
   is no /sys, as in Nix.
 - Inputs as store paths: each nixpkgs package the derivation declares (and stdenv's own tools) is a
@@ -14,8 +15,9 @@ chroot-derivation-builder.cc) and nixpkgs' stdenv set it up, and how each is mad
   packages it names, the package itself installed from a wheel (not editable). Host paths these
   programs hard-code are bind-mounted at their own paths, as a store path's closure would be: /usr/lib,
   /usr/lib64, /usr/libexec, /usr/share (shared libraries, data), the Python interpreter's prefix (its
-  RUNPATH is absolute), the .venv's site-packages. $src is the derivation's own: lib.cleanSource's
-  copy in this machine's /nix/store (tests/nix/pytest-check.nix), bind-mounted at its path.
+  standard library; a pyenv build's RUNPATH is absolute), the .venv's site-packages. $src is the
+  derivation's own: lib.cleanSource's copy in this machine's /nix/store (tests/nix/pytest-check.nix),
+  bind-mounted at its path.
 - Namespaces: user (the builder is uid 1000, gid 100, "nixbld", mapped to 30001:30000 outside, no
   supplementary groups, setgroups denied), mount, PID (bash, the builder, is PID 1), network (only `lo`,
   brought up with the SIOCSIFFLAGS ioctl as Nix does, no iproute2), IPC and UTS (hostname localhost,
@@ -304,13 +306,22 @@ def _closure(packages: Iterable[str], dists: dict[str, importlib.metadata.Distri
     return seen
 
 
+def _venv_version(venv: Path) -> str:
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() in {"version", "version_info"}:
+            return value.strip()
+    return platform.python_version()
+
+
 def python_env(
     target: Path, at: str, packages: Sequence[str], *, venv: Path, src: str | None, work: Path
-) -> list[Path]:
+) -> list[tuple[Path, Path]]:
     """Lays out at `target` (seen as `at` inside) what python.withPackages makes: an interpreter whose
     importable distributions are the closure of `packages`, taken from the venv's site-packages except
     the project itself, which is installed from a wheel of $src/python as nixpkgs builds it, and a bin/
-    with the interpreter and those distributions' console scripts. Returns the host paths it refers to."""
+    with the interpreter (the venv's, bind-mounted) and those distributions' console scripts. Returns
+    what to bind-mount: host path -> path inside."""
     interpreter = Path(os.path.realpath(venv / "bin" / "python"))
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     (site,) = venv.glob(f"lib/python{version}/site-packages")
@@ -342,11 +353,11 @@ def python_env(
                 (own / top).symlink_to(site / top)
     bin_dir = target / "bin"
     bin_dir.mkdir()
-    (bin_dir / f"python{version}").symlink_to(interpreter)
+    (bin_dir / f"python{version}").touch()
     for alias in ("python3", "python"):
         (bin_dir / alias).symlink_to(f"python{version}")
     (target / "pyvenv.cfg").write_text(
-        f"home = {interpreter.parent}\ninclude-system-site-packages = false\nversion = {platform.python_version()}\n"
+        f"home = {interpreter.parent}\ninclude-system-site-packages = false\nversion = {_venv_version(venv)}\n"
     )
     for dist in importlib.metadata.distributions(path=[str(own)]):
         for ep in dist.entry_points.select(group="console_scripts"):
@@ -358,7 +369,10 @@ def python_env(
                 f'if __name__ == "__main__":\n    sys.exit({ep.attr}())\n'
             )
             script.chmod(0o755)
-    return [interpreter.parents[1], site]
+    binds = [(interpreter, Path(f"{at}/bin/python{version}")), (site, site)]
+    # Its prefix (the standard library; a RUNPATH to it), unless /usr: /usr/lib is there already.
+    prefix = interpreter.parents[1]
+    return binds if prefix == Path("/usr") else [*binds, (prefix, prefix)]
 
 
 # --- the sandbox's root --------------------------------------------------------------------------------
@@ -452,10 +466,10 @@ def prepare(drv: Derivation, venv: Path, work: Path) -> _Plan:
             _mountpoint(root, f"{path}/bin/{program.name}", os.path.realpath(program), binds)
     for inp in drv.native_build_inputs:
         if inp.python_packages is not None:
-            for host in python_env(
+            for host, inside in python_env(
                 _under(root, inp.path), inp.path, inp.python_packages, venv=venv, src=drv.src, work=work
             ):
-                _mountpoint(root, host, host, binds)
+                _mountpoint(root, inside, host, binds)
     if drv.src is not None:
         _mountpoint(root, drv.src, drv.src, binds)
     # stdenv: its setup (emulated) and mkDerivation's default builder script.
