@@ -102,7 +102,17 @@ let
         inherit (t) testScript;
         hyperhiveTest = t;
       };
-    runCommand = name: env: script: drv name (env // { inherit script; });
+    # As nixpkgs' runCommandWith: the environment attributes stay on the derivation (nativeBuildInputs,
+    # src …) and the script is its buildCommand, passed as a file.
+    runCommand =
+      name: env: buildCommand:
+      drv name (
+        env
+        // {
+          inherit buildCommand;
+          passAsFile = [ "buildCommand" ] ++ (env.passAsFile or [ ]);
+        }
+      );
     writeShellApplication =
       a:
       drv a.name {
