@@ -29,32 +29,42 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.nix import toolbox
 from tests.nix.nixtool import REPO
 
-# systemd and what the tests run; the rest are the Debian packages behind the nixpkgs tools a NixOS unit's
-# PATH may name (tests/nix/toolbox.py), so that the VM-script emulation can give a unit exactly those.
-PACKAGES = [
-    "systemd",
-    "systemd-sysv",
-    "dbus",
-    "python3",
-    "nodejs",
-    "procps",
-    "git",
+# nixpkgs packages the emulated NixOS machines may hold (tests/nix/nixos_machine.py): the module's default
+# `path`, what NixOS adds to every service, NixOS's core packages, what the VM tests install.
+NIXPKGS_STAND_INS = [
+    "bash",
+    "coreutils",
+    "findutils",
+    "gnugrep",
+    "gnused",
     "gawk",
-    "xz-utils",
+    "util-linux",
+    "procps",
+    "which",
+    "git",
+    "gnutar",
+    "gzip",
     "bzip2",
-    "patch",
-    "file",
-    "sqlite3",
-    "less",
-    "zstd",
-    "cpio",
+    "xz",
+    "diffutils",
+    "gnupatch",
+    "systemd",
     "acl",
     "attr",
+    "cpio",
+    "less",
     "time",
-    "libnss-systemd",
+    "zstd",
+    "sqlite",
 ]
+# systemd and what the tests run, and the Debian packages behind those stand-ins (tests/nix/toolbox.py).
+PACKAGES = sorted(
+    {"systemd", "systemd-sysv", "dbus", "python3", "nodejs", "procps", "libnss-systemd"}
+    | set(toolbox.debian_packages(NIXPKGS_STAND_INS))
+)
 CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))
 
 

@@ -13,13 +13,14 @@ import contextlib
 import sys
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from tests.nix.nixos_machine import NixosMachine, driver_globals
+from tests.nix.nixos_machine import MachineError, NixosMachine, driver_globals
 from tests.nix.nixtool import have_nix, nixpkgs_lib, requires_lib, requires_nix
-from tests.nix.rig import RigUnavailable, ensure_venv, machine
-from tests.nix.vm_tests import VmTest, load_vm_tests, stub_packages
+from tests.nix.rig import RigUnavailable, ensure_rootfs, ensure_venv, machine
+from tests.nix.vm_tests import Node, StubPackage, VmTest, load_vm_tests, stub_packages
 
 pytestmark = [requires_nix, requires_lib]
 
@@ -55,3 +56,28 @@ def test_vm_script_passes_against_systemd(test: VmTest, tmp_path: Path) -> None:
             exec(compile(test.script, f"<{test.name} testScript>", "exec"), driver_globals(machines, log))
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")
+
+
+def _bare_machine(tmp_path: Path, stubs: dict[str, StubPackage]) -> NixosMachine:
+    try:
+        rootfs = ensure_rootfs()
+    except RigUnavailable as exc:
+        pytest.skip(f"real-systemd rig unavailable: {exc}")
+    disk = SimpleNamespace(root=tmp_path, rootfs=rootfs)  # the store is laid out before any boot
+    node = Node(name="m", services={}, users={}, groups=[], system_packages=[], session_variables={})
+    return NixosMachine("m", disk, node, stubs, lambda _: None)  # type: ignore[arg-type]
+
+
+def test_a_stub_package_in_the_store_holds_only_its_own_programs(tmp_path: Path) -> None:
+    # What makes a tool the module forgot fail here as in the VM: coreutils has `ls`, never `setsid`.
+    coreutils = StubPackage(store_path="/nix/store/" + "a" * 32 + "-coreutils", name="coreutils", pname="coreutils")
+    _bare_machine(tmp_path, {coreutils.store_path: coreutils})._materialize([f"PATH={coreutils.store_path}/bin"])
+    bindir = tmp_path / coreutils.store_path.lstrip("/") / "bin"
+    assert (bindir / "ls").is_symlink()
+    assert not (bindir / "setsid").exists() and not (bindir / "pgrep").exists()
+
+
+def test_a_store_path_that_is_neither_built_nor_a_stub_is_refused(tmp_path: Path) -> None:
+    unknown = "/nix/store/" + "b" * 32 + "-nowhere"
+    with pytest.raises(MachineError, match="neither a stub package"):
+        _bare_machine(tmp_path, {})._materialize([f"ExecStart={unknown}/bin/x"])

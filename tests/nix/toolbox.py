@@ -58,6 +58,12 @@ DEBIAN_PACKAGES: dict[str, tuple[str, ...]] = {
     # nixpkgs' systemd also has what Debian splits into udev (udevadm), systemd-container (machinectl,
     # systemd-nspawn), systemd-resolved …: not mapped, as they are seldom installed here.
     "systemd": ("systemd",),
+    # More of NixOS's core packages (nixos/modules/config/system-path.nix), for a VM node's profile.
+    "acl": ("acl",),
+    "attr": ("attr",),
+    "cpio": ("cpio",),
+    "time": ("time",),
+    "zstd": ("zstd",),
     "sqlite": ("sqlite3",),  # the sqlite3 shell (nixpkgs: sqlite.bin)
     "less": ("less",),
     "curl": ("curl",),
@@ -195,10 +201,14 @@ def make_bin_dir(target: Path, nix_names: Iterable[str], root: Path = Path("/"))
                 link.symlink_to(path)
 
 
+def debian_packages(nix_names: Iterable[str]) -> list[str]:
+    """Every Debian package behind those nixpkgs packages (what a root for them must have installed)."""
+    return sorted({p for n in nix_names for p in (*_packages(n), *_BORROWED.get(n, {}).values())})
+
+
 def missing(nix_names: Iterable[str], root: Path = Path("/")) -> list[str]:
     """The Debian packages behind those nixpkgs packages that are not installed under root."""
-    wanted = [p for n in nix_names for p in (*_packages(n), *_BORROWED.get(n, {}).values())]
-    return sorted({p for p in wanted if _file_list(p, root) is None})
+    return [p for p in debian_packages(nix_names) if _file_list(p, root) is None]
 
 
 def main(argv: list[str]) -> int:
