@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hyperhive.harness.control_wire import ControlCall
+from hyperhive.control.wire import ControlCall
 from hyperhive.store import Store, TaskRow
 from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine

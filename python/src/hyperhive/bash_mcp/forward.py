@@ -57,7 +57,7 @@ from hyperhive.bash_mcp.protocol import (
     too_large,
 )
 from hyperhive.bash_mcp.tools import INSTRUCTIONS, SPECS
-from hyperhive.harness.control_wire import (
+from hyperhive.control.wire import (
     AnswerLost,
     CallCancelled,
     ControlCall,

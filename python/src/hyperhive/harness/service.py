@@ -27,10 +27,10 @@ from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import ToolFailure
 from hyperhive.bash_mcp.server import build_tools
 from hyperhive.config import Config
+from hyperhive.control.lock import ServiceLock
 from hyperhive.errors import StoreError, StoreUnavailable
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.lock import ServiceLock
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
