@@ -108,7 +108,7 @@ def test_the_forwarding_guard_sees_what_the_standalone_server_imports(tmp_path: 
 
 def test_the_forwarding_server_lists_exactly_the_standalone_tools() -> None:
     from hyperhive.bash_mcp.forward import ForwardingServer
-    from hyperhive.bash_mcp.server import build_tools
+    from hyperhive.tasks.tools import build_tools
 
     class NoService:
         pass
