@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
+from hyperhive.procs.group import group_alive
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
-from hyperhive.tasks.process import group_alive
 from tests.e2e.agents import Run, claude_print, write_json
 from tests.e2e.fakes.fake_anthropic import FakeAnthropic
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hyperhive.harness.control_wire import dump
+from hyperhive.control.wire import dump
 
 BIG = 256 * 1024
 

@@ -25,8 +25,9 @@ from pydantic import BaseModel
 
 from hyperhive.bash_mcp import forward, jsonrpc
 from hyperhive.bash_mcp.forward import ForwardingServer
-from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolFailure, ToolResult
-from hyperhive.bash_mcp.protocol import ToolSpec
+from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.errors import ToolFailure
+from hyperhive.mcp_tool import Tool, ToolResult, ToolSpec
 from tests.unit.fake_control import BIG, FakeService, fake_service
 
 Server = StdioServer | ForwardingServer

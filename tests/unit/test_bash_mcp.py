@@ -10,8 +10,8 @@ import anyio
 import pytest
 from mcp.shared.exceptions import McpError
 
+from hyperhive.procs.group import group_alive
 from hyperhive.store import Store
-from hyperhive.tasks.process import group_alive
 from tests.unit.bash_client import bash_server, pending_wakes
 
 pytestmark = pytest.mark.anyio

@@ -17,10 +17,11 @@ import anyio
 import pytest
 
 from hyperhive.bash_mcp import jsonrpc
-from hyperhive.bash_mcp.jsonrpc import StdioServer, Tool, ToolResult
-from hyperhive.bash_mcp.server import build_tools
+from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.mcp_tool import Tool, ToolResult
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.tools import build_tools
 from tests.unit.fake_control import BIG
 from tests.unit.rpc_pipe import BACKENDS, Backend, PipeClient, backend_of, check_response, serving
 

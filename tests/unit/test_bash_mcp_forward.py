@@ -21,9 +21,9 @@ import pytest
 
 from hyperhive.bash_mcp import forward, protocol
 from hyperhive.bash_mcp.forward import ForwardingServer
-from hyperhive.bash_mcp.protocol import ToolSpec
-from hyperhive.bash_mcp.tools import SPECS
-from hyperhive.harness.control_wire import MAX_REQUEST
+from hyperhive.control.wire import MAX_REQUEST
+from hyperhive.mcp_tool import ToolSpec
+from hyperhive.tasks.tools import SPECS
 from tests.unit.bash_client import bash_server, text_of
 from tests.unit.fake_control import FakeService, fake_service
 from tests.unit.rpc_pipe import Backend, PipeClient, backend_of, check_response, serving

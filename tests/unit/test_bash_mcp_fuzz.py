@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from hyperhive import jsontext
 from hyperhive.bash_mcp.jsonrpc import StdioServer
-from hyperhive.bash_mcp.server import build_tools
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.tools import build_tools
 from tests.unit.rpc_pipe import BACKENDS, RESULT_TYPES, Backend, PipeClient, Server, backend_of, check_response, serving
 
 FUZZ = settings(

@@ -87,7 +87,7 @@ def forwarding_forbidden(modules: set[str]) -> list[str]:
 @pytest.mark.parametrize("told", [True, False], ids=["HIVE_SOCKET", "state-dir-lock"])
 def test_the_forwarding_bash_mcp_imports_no_asyncio_anyio_engine_or_store(tmp_path: Path, told: bool) -> None:
     """Under the harness the per-turn server only lists the tools and forwards calls, on threads."""
-    from hyperhive.harness.lock import ServiceLock
+    from hyperhive.control.lock import ServiceLock
 
     state = tmp_path / "state"
     state.mkdir()
@@ -108,7 +108,7 @@ def test_the_forwarding_guard_sees_what_the_standalone_server_imports(tmp_path: 
 
 def test_the_forwarding_server_lists_exactly_the_standalone_tools() -> None:
     from hyperhive.bash_mcp.forward import ForwardingServer
-    from hyperhive.bash_mcp.server import build_tools
+    from hyperhive.tasks.tools import build_tools
 
     class NoService:
         pass

@@ -15,9 +15,9 @@ import pytest
 
 from hyperhive.bash_mcp import jsonrpc
 from hyperhive.bash_mcp.jsonrpc import StdioServer
-from hyperhive.bash_mcp.server import LIST_CMD_CHARS, build_tools
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.tools import LIST_CMD_CHARS, build_tools
 from tests.unit.rpc_pipe import PipeClient, check_response, serving
 
 pytestmark = pytest.mark.anyio

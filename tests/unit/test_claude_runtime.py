@@ -18,6 +18,7 @@ import pytest
 
 from hyperhive.config import Config
 from hyperhive.mcp_servers import McpServers
+from hyperhive.procs.group import group_alive
 from hyperhive.runtime import claude_process, make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.claude import ClaudeRuntime
@@ -33,7 +34,6 @@ from hyperhive.runtime.stream import (
     text_of,
 )
 from hyperhive.store import Store
-from hyperhive.tasks.process import group_alive
 from tests.unit import fake_claude
 
 pytestmark = pytest.mark.anyio

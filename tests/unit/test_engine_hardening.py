@@ -17,11 +17,11 @@ import anyio
 import pytest
 
 from hyperhive.errors import StoreUnavailable
+from hyperhive.procs.group import group_alive, process_start
 from hyperhive.store import Store
 from hyperhive.tasks.cgroup import group_members
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.output import read_tail
-from hyperhive.tasks.process import group_alive, process_start
 from hyperhive.tasks.report import describe_kill, format_view, view_dict
 
 pytestmark = pytest.mark.anyio

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from hyperhive import jsontext
 from hyperhive.config import load_config
+from hyperhive.control.wire import ControlError, parse_answer
 from hyperhive.errors import ConfigError
-from hyperhive.harness.control_wire import ControlError, parse_answer
 from hyperhive.harness.http_tools import _not_json
 from hyperhive.runtime.errors import ProtocolError
 from hyperhive.runtime.stream import parse_line

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from hyperhive.store import Store
-from hyperhive.tasks import engine as engine_module
+from hyperhive.tasks import args as task_args
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.output import read_tail
 
@@ -41,7 +41,7 @@ async def test_cancelling_the_host_scope_kills_tasks_and_marks_them_interrupted(
         row = store.get_task(result.view.row.id)
         assert row.status == "interrupted"
         assert [w.source for w in store.pending_wakes()] == [f"bash-task-{row.id}"]
-    from hyperhive.tasks.process import group_alive
+    from hyperhive.procs.group import group_alive
 
     assert row.pid is not None and not group_alive(row.pid)
 
@@ -50,7 +50,7 @@ async def test_a_wait_beyond_the_cap_returns_at_the_cap_with_the_task_still_runn
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """wait_seconds above MAX_WAIT (30 s) waits MAX_WAIT; patched to 1 s here so the test does not wait 30."""
-    monkeypatch.setattr(engine_module, "MAX_WAIT", 1.0)
+    monkeypatch.setattr(task_args, "MAX_WAIT", 1.0)
     with Store(tmp_path / "db") as store:
         async with TaskEngine(store, tmp_path / "tasks", tmp_path) as engine:
             started = anyio.current_time()

@@ -23,11 +23,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hyperhive.harness.control_wire import ControlCall
+from hyperhive.control.wire import ControlCall
+from hyperhive.procs.group import group_alive, process_start
 from hyperhive.store import Store, TaskRow
 from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
-from hyperhive.tasks.process import group_alive, process_start
 from tests.unit.harness_service import running_service
 from tests.unit.test_engine_hardening import gone_pid
 

@@ -38,19 +38,24 @@ class StoreError(HyperhiveError):
     """The state directory or database cannot be opened, migrated or written (exit status 3)."""
 
 
-class TaskError(HyperhiveError):
-    """A request about a background task is wrong (unknown id, bad value). The message is shown to the agent."""
+class ToolFailure(HyperhiveError):
+    """Show this to whoever asked: a request that is wrong (an unknown task id, a bad value) or that cannot be
+    served now. The message says what to do instead; `data` names the field and value where there is one.
+
+    The one error a tool raises for its caller to read: the bash servers answer it as the tool's result with
+    `isError: true` (not a protocol error), `hyperhive tasks` prints it. Anything else a tool raises is a bug.
+    """
 
 
-class UnknownTask(TaskError):
+class UnknownTask(ToolFailure):
     def __init__(self, task_id: object) -> None:
         super().__init__(f"no task with id {task_id!r}; list() shows the known tasks", task_id=str(task_id))
 
 
-class StoreUnavailable(StoreError, TaskError):
+class StoreUnavailable(StoreError, ToolFailure):
     """The state database cannot be read or written right now (disk full, locked, read-only).
 
-    A `TaskError` too, so a tool call answers with this message (an `isError` result) instead of failing;
+    A `ToolFailure` too, so a tool call answers with this message (an `isError` result) instead of failing;
     the engine keeps running and retries what it must record.
     """
 

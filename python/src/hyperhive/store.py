@@ -483,11 +483,6 @@ class Store:
     def request_kill(self, task_id: int) -> None:
         self._db.execute("UPDATE tasks SET kill_requested = 1 WHERE id = ?", (task_id,))
 
-    def finish_task(self, task_id: int, status: TaskStatus, **end: Any) -> TaskRow:
-        """`write_end`, then the row as it now is."""
-        self.write_end(task_id, status, **end)
-        return self.get_task(task_id)
-
     def write_end(
         self,
         task_id: int,

@@ -46,7 +46,6 @@ from hyperhive.bash_mcp.protocol import (
     RpcError,
     Session,
     ToolCall,
-    ToolResult,
     cancelled_id,
     clip,
     decode,
@@ -56,20 +55,22 @@ from hyperhive.bash_mcp.protocol import (
     result_frame,
     too_large,
 )
-from hyperhive.bash_mcp.tools import INSTRUCTIONS, SPECS
-from hyperhive.harness.control_wire import (
+from hyperhive.control.wire import (
     AnswerLost,
     CallCancelled,
     ControlCall,
     ControlError,
     ServiceUnavailable,
 )
+from hyperhive.mcp_tool import ToolResult
+from hyperhive.tasks.tools import INSTRUCTIONS, SPECS
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from hyperhive.bash_mcp.protocol import RequestId, ToolSpec
+    from hyperhive.bash_mcp.protocol import RequestId
+    from hyperhive.mcp_tool import ToolSpec
 
 # Tool calls forwarded at once (one thread each); beyond that the reader waits for one to finish. Each is
 # a blocking wait on the service, which bounds the inline waits itself (30 s at most).

@@ -45,10 +45,7 @@ from hyperhive.bash_mcp.protocol import (
     RequestId,
     RpcError,
     Session,
-    Tool,
     ToolCall,
-    ToolFailure,
-    ToolResult,
     cancelled_id,
     clip,
     decode,
@@ -59,6 +56,8 @@ from hyperhive.bash_mcp.protocol import (
     result_frame,
     too_large,
 )
+from hyperhive.errors import ToolFailure
+from hyperhive.mcp_tool import Tool
 
 log = logging.getLogger("hyperhive.bash_mcp")
 
@@ -81,9 +80,6 @@ __all__ = [
     "PROTOCOL_VERSIONS",
     "STRUCTURED_SINCE",
     "StdioServer",
-    "Tool",
-    "ToolFailure",
-    "ToolResult",
 ]
 
 

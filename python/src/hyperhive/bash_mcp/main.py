@@ -1,7 +1,7 @@
 """`hyperhive bash-mcp`'s body, free of click: `python -m hyperhive bash-mcp` (how agents spawn it, for every
 turn) comes here straight from `hyperhive.__main__`, so that its start-up imports only what it uses.
 
-Which server to run is decided first, with the standard library alone (config.py and harness/lock.py): the
+Which server to run is decided first, with the standard library alone (config.py and control/lock.py): the
 forwarding server (bash_mcp/forward.py) must never import asyncio or anyio, whose import alone would take
 most of its 100 ms budget from spawn to `tools/list`. Only the standalone server imports anyio and logging.
 """
@@ -51,8 +51,8 @@ def _main() -> None:
     except ConfigError as exc:
         print(f"hyperhive: {exc}", file=sys.stderr)
         sys.exit(2)
-    from hyperhive.harness.control_wire import SOCKET_NAME
-    from hyperhive.harness.lock import holder
+    from hyperhive.control.lock import holder
+    from hyperhive.control.wire import SOCKET_NAME
 
     if holder(config.state_dir) is not None:
         _forward(str(config.state_dir / SOCKET_NAME))

@@ -29,15 +29,18 @@ import json
 import os
 
 from hyperhive import jsontext
+from hyperhive.mcp_tool import ToolResult
 
 # `typing` costs the forwarding server's start-up a few milliseconds: the type checker alone reads these
 # (mypy and ruff treat any name TYPE_CHECKING as the one from typing).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
-    from typing import Any, TypeAlias, TypeGuard
+    from collections.abc import Sequence
+    from typing import Any, TypeGuard
 
-    ToolHandler: TypeAlias = Callable[[dict[str, Any]], Awaitable["ToolResult"]]
+    from hyperhive.errors import ToolFailure
+    from hyperhive.mcp_tool import ToolSpec
+
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 # structuredContent exists from this protocol version on.
@@ -61,49 +64,8 @@ METHODS = ("initialize", "ping", "tools/list", "tools/call")
 # --- tools ---------------------------------------------------------------------------------------------
 
 
-class ToolFailure(Exception):
-    """Raised by a tool to report an error the agent should read (`isError: true`), not a protocol fault."""
-
-
-class ToolResult:
-    """What a tool returns: text for the model, optional structured content, whether it is an error."""
-
-    __slots__ = ("is_error", "structured", "text")
-
-    def __init__(self, text: str, structured: dict[str, Any] | None = None, is_error: bool = False) -> None:
-        self.text = text
-        self.structured = structured
-        self.is_error = is_error
-
-    def __repr__(self) -> str:
-        return f"ToolResult({self.text!r}, {self.structured!r}, is_error={self.is_error!r})"
-
-
-class ToolSpec:
-    """A tool as `tools/list` shows it: what the forwarding server needs, which runs no tool itself."""
-
-    __slots__ = ("description", "input_schema", "name")
-
-    def __init__(self, name: str, description: str, input_schema: dict[str, Any]) -> None:
-        self.name = name
-        self.description = description
-        self.input_schema = input_schema
-
-    def listing(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
-
-
-class Tool(ToolSpec):
-    """A tool with its (async) handler, as the standalone server and the harness service run it."""
-
-    __slots__ = ("handler",)
-
-    def __init__(self, name: str, description: str, input_schema: dict[str, Any], handler: ToolHandler) -> None:
-        super().__init__(name, description, input_schema)
-        self.handler = handler
-
-
 def failure_result(exc: ToolFailure) -> ToolResult:
+    """What a tool's `ToolFailure` becomes: a result the agent reads (`isError`), not a protocol error."""
     return ToolResult(clip(safe_str(exc)), is_error=True)
 
 

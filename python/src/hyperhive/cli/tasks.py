@@ -13,7 +13,7 @@ import click
 
 from hyperhive.cli import config_or_exit
 from hyperhive.config import Config
-from hyperhive.errors import EXIT_FAILED, StoreUnavailable, TaskError
+from hyperhive.errors import EXIT_FAILED, StoreUnavailable, ToolFailure
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
@@ -63,7 +63,7 @@ def show(task_id: str, as_json: bool) -> None:
             view = anyio.run(engine.status, task_id)
         except StoreUnavailable:
             raise  # exit 3, by the command line's error mapping
-        except TaskError as exc:
+        except ToolFailure as exc:
             click.echo(f"hyperhive tasks: {exc}", err=True)
             sys.exit(EXIT_FAILED)
         click.echo(json.dumps(view_dict(view)) if as_json else format_view(view))
@@ -80,7 +80,7 @@ def kill(task_id: str) -> None:
             result = anyio.run(engine.kill, task_id)
         except StoreUnavailable:
             raise
-        except TaskError as exc:
+        except ToolFailure as exc:
             click.echo(f"hyperhive tasks: {exc}", err=True)
             sys.exit(EXIT_FAILED)
         if result.survived:

@@ -92,7 +92,7 @@ def turn(
 
 
 async def _main(config: Config, prompt: str, resume: bool, render: bool) -> int:
-    from hyperhive.harness.lock import holder
+    from hyperhive.control.lock import holder
 
     if (pid := holder(config.state_dir)) is not None:
         # The service owns this state directory's session: a side turn would archive or fork it.

@@ -12,7 +12,7 @@ hangs up. A client that hangs up early cancels its request (a `run` cancelled by
 inline). Requests are at most 1 MiB; anything malformed gets a clear `ok: false` answer and the connection
 is closed, nothing more.
 
-The wire itself (names, bounds, errors, the answer's shape) is defined in harness/control_wire.py, which
+The wire itself (names, bounds, errors, the answer's shape) is defined in control/wire.py, which
 the per-turn forwarding bash server uses alone, with its blocking client: it must not import anyio.
 """
 
@@ -33,8 +33,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hyperhive import jsontext
-from hyperhive.errors import HyperhiveError
-from hyperhive.harness.control_wire import (
+from hyperhive.control.wire import (
     MAX_ANSWER,
     MAX_REQUEST,
     SOCKET_NAME,
@@ -44,7 +43,8 @@ from hyperhive.harness.control_wire import (
     parse_answer,
     unavailable,
 )
-from hyperhive.harness.control_wire import dump as _dump
+from hyperhive.control.wire import dump as _dump
+from hyperhive.errors import HyperhiveError
 
 log = logging.getLogger("hyperhive.harness")
 

@@ -24,13 +24,11 @@ import anyio
 from anyio.abc import TaskGroup
 
 from hyperhive import __version__
-from hyperhive.bash_mcp.jsonrpc import ToolFailure
-from hyperhive.bash_mcp.server import build_tools
 from hyperhive.config import Config
-from hyperhive.errors import StoreError, StoreUnavailable
+from hyperhive.control.lock import ServiceLock
+from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.lock import ServiceLock
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
 from hyperhive.harness.records import OPERATOR, Records
@@ -40,6 +38,7 @@ from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store import Store, WakeRow, describe_sqlite_error, prepare_state_dir
 from hyperhive.tasks.engine import TaskEngine
+from hyperhive.tasks.tools import build_tools
 
 log = logging.getLogger("hyperhive.harness")
 

@@ -1,1 +1,1 @@
-"""Background shell tasks: the engine, its process-group plumbing, output tails, and how tasks are shown."""
+"""Background shell tasks: the engine, its arguments, output tails, how tasks are shown, and the bash tools."""

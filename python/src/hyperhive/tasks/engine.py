@@ -44,13 +44,13 @@ from typing import Literal, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from hyperhive.errors import StoreError, StoreUnavailable, TaskError, UnknownTask
+from hyperhive.errors import StoreError, StoreUnavailable, UnknownTask
 from hyperhive.procs import wait_exit
+from hyperhive.procs.group import process_start, same_process, terminate_group
 from hyperhive.store import Store, TaskRow, TaskStatus, describe_sqlite_error, private_dir
 from hyperhive.tasks import cgroup as cgroup_mod
-from hyperhive.tasks.limits import DEFAULT_WAIT, MAX_TIMEOUT, MAX_WAIT
+from hyperhive.tasks.args import DEFAULT_WAIT, check_cmd, check_id, check_timeout, check_wait
 from hyperhive.tasks.output import Tail, last_lines, read_tail
-from hyperhive.tasks.process import process_start, same_process, terminate_group
 
 log = logging.getLogger("hyperhive.tasks")
 
@@ -151,63 +151,6 @@ def _release(go: int) -> None:
     """Let a gated task run (see `_GATE`)."""
     with contextlib.suppress(OSError):  # the leader is already gone (killed): nothing to release
         os.write(go, b"go\n")
-
-
-def check_wait(value: object, name: str = "wait_seconds") -> float:
-    """Validate a wait window: a number of seconds ≥ 0; above MAX_WAIT it is capped, as documented."""
-    seconds = _number(value, name)
-    if seconds < 0:
-        raise TaskError(f"{name} must be 0 or more seconds, got {value!r}", field=name, value=repr(value))
-    return min(seconds, MAX_WAIT)
-
-
-def check_timeout(value: object) -> float | None:
-    if value is None:
-        return None
-    seconds = _number(value, "timeout_secs")
-    if seconds <= 0 or seconds > MAX_TIMEOUT:
-        raise TaskError(
-            f"timeout_secs must be more than 0 and at most {MAX_TIMEOUT:.0f} seconds (a week), got {value!r};"
-            " omit it for no timeout",
-            field="timeout_secs",
-            value=repr(value),
-        )
-    return seconds
-
-
-def check_id(value: object) -> int:
-    """Task ids are positive integers; agents sometimes send them as strings ("7"), which is fine.
-
-    Anything else is a `TaskError` naming the value, never a crash: booleans, fractions, digits that are not
-    ASCII ("²" passes `str.isdigit`, not `int`), negative numbers, and integers beyond SQLite's 64 bits.
-    """
-    tid: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        tid = value
-    elif isinstance(value, str) and (text := value.strip()).isascii() and text.isdigit():
-        tid = int(text) if len(text) <= 19 else 2**63  # longer is out of range (and int() refuses 4300+ digits)
-    if tid is not None and 0 < tid < 2**63:
-        return tid
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        shown = f"an integer of {value.bit_length()} bits"
-    else:
-        shown = repr(value if not isinstance(value, str) or len(value) <= 40 else value[:39] + "…")
-        shown = shown if len(shown) <= 60 else f"a {type(value).__name__}"
-    raise TaskError(
-        f"no task with id {shown}: task ids are whole numbers from 1 to 2**63-1, as run() returns them;"
-        " list() shows the known tasks",
-        field="id",
-        value=shown,
-    )
-
-
-def _number(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TaskError(f"{name} must be a number of seconds, got {value!r}", field=name, value=repr(value))
-    seconds = float(value)
-    if not math.isfinite(seconds):
-        raise TaskError(f"{name} must be a finite number of seconds, got {value!r}", field=name)
-    return seconds
 
 
 def describe_end(row: TaskRow) -> str:
@@ -424,10 +367,7 @@ class TaskEngine:
     # -- operations ----------------------------------------------------------------------------------
 
     async def run(self, cmd: str, timeout_secs: object = None, wait_seconds: object = DEFAULT_WAIT) -> RunResult:
-        if not isinstance(cmd, str) or not cmd.strip():
-            raise TaskError("cmd must be a non-empty shell command", field="cmd")
-        if "\x00" in cmd:
-            raise TaskError("cmd must not contain NUL bytes", field="cmd")
+        cmd = check_cmd(cmd)
         timeout = check_timeout(timeout_secs)
         wait = check_wait(wait_seconds)
         tg = self._require_started()
