@@ -1,7 +1,7 @@
 """`hyperhive send` and `status` are one request each: their import path holds only what that needs.
 
 `send` is the operator's (and later other agents') way in; it used to run an anyio event loop for its one
-request, which with anyio, asyncio and uuid cost about 40 ms of a 90 ms send here (benchmarks/send.py).
+request, which with anyio, asyncio and uuid cost about half of a 90 ms send here (benchmarks/send.py).
 The real command runs under `python -X importtime` against a fake service on a real socket, and every
 module it imported is checked against those it must not need. No timings are asserted.
 """

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from hyperhive.harness.control import ControlClient
 
 # `send` and `status` make one request each: they use control_wire's blocking client and import neither
-# anyio nor asyncio (about 40 ms of a send's start here). Only `-f` streams through the async client.
+# anyio nor asyncio (about half of a send's time here). Only `-f` streams through the async client.
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
