@@ -1,19 +1,20 @@
 """The `hyperhive` command line (click).
 
 Subcommands load lazily: `hyperhive bash-mcp` is spawned by the agent for every turn, so it must not pay
-for importing the runtimes, and none of them pay for each other.
+for importing the runtimes, and none of them pay for each other. `hyperhive send` is the operator's (and
+later other agents') way in, so this module imports only click and the error table: not even the
+configuration until a command asks for it (docs/architecture.md, "The operator CLI").
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from hyperhive import __version__
-from hyperhive.config import Config, load_config
 from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_status, hyperhive_error
 
 # name → "module:attribute" of a click command.
@@ -29,6 +30,9 @@ COMMANDS = {
     "tasks": "hyperhive.cli.tasks:tasks",
     "turn": "hyperhive.cli.turn:turn",
 }
+
+if TYPE_CHECKING:
+    from hyperhive.config import Config
 
 
 class LazyGroup(click.Group):
@@ -55,10 +59,15 @@ class LazyGroup(click.Group):
         return command
 
 
-def config_or_exit(**overrides: Any) -> Config:
-    """The configuration, or exit 2 with one message naming every bad variable."""
+def config_or_exit(*, read_mcp_servers: bool = True, **overrides: Any) -> Config:
+    """The configuration, or exit 2 with one message naming every bad variable.
+
+    `read_mcp_servers=False` for commands that never use HIVE_MCP_SERVERS (it costs pydantic, ~0.1 s).
+    """
+    from hyperhive.config import load_config
+
     try:
-        return load_config(**overrides)
+        return load_config(read_mcp_servers=read_mcp_servers, **overrides)
     except ConfigError as exc:
         fail_config(exc)
 
