@@ -14,9 +14,10 @@ import pytest
 
 import hyperhive.store
 from hyperhive.harness import loop as loop_module
+from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.notify import SystemdNotifier
 from hyperhive.harness.prompt import build_prompt
 from hyperhive.harness.records import Records, TurnEnd
 from hyperhive.runtime.base import Sink
@@ -85,14 +86,14 @@ class FakeRuntime:
 async def running_loop(
     tmp_path: Path, runtime: FakeRuntime, policy: LoopPolicy | None = None
 ) -> AsyncIterator[tuple[TurnLoop, Records]]:
+    # The test's own connection (`records`): what it stores there, it tells the loop of as another writer
+    # does (`inbox.wake_committed()`).
     store = Store(tmp_path / "hyperhive.db")
     records = Records(store)
-    doorbell = Doorbell()
+    inbox = await Inbox.open(tmp_path / "hyperhive.db", feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
-        records,
-        doorbell=doorbell,
-        feed=LiveFeed(),
+        inbox,
         transcript=TranscriptSink(tmp_path / "transcripts"),
         notifier=SystemdNotifier({}),
         policy=policy or LoopPolicy(backoff_base=0.01, backoff_cap=0.05),
@@ -107,7 +108,7 @@ async def running_loop(
                 while loop.current_turn is not None:
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
-    doorbell.close()
+    inbox.close()
     store.close()
 
 
@@ -121,7 +122,7 @@ async def test_a_wake_becomes_one_turn_and_is_delivered_once_answered(tmp_path: 
     runtime = FakeRuntime()
     async with running_loop(tmp_path, runtime) as (loop, records):
         wake = records.add_wake("operator", "hello")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         await until(lambda: records.counts().waiting == 0 and loop.current_turn is None and runtime.prompts != [])
         assert "hello" in runtime.prompts[0]
         assert "from operator" in runtime.prompts[0]
@@ -144,7 +145,7 @@ async def test_a_failed_turn_leaves_its_wake_waiting_then_a_later_turn_delivers_
     runtime = FakeRuntime(script)
     async with running_loop(tmp_path, runtime) as (loop, records):
         wake = records.add_wake("operator", "retry me")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
         assert len(runtime.prompts) == 2
         row = records.store.get_wake(wake.id)
@@ -161,7 +162,7 @@ async def test_a_wake_whose_turns_keep_failing_is_set_aside_with_an_outbox_notic
     policy = LoopPolicy(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
     async with running_loop(tmp_path, runtime, policy) as (loop, records):
         wake = records.add_wake("operator", "doomed")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         await until(lambda: records.store.get_wake(wake.id).set_aside_at is not None)
         assert len(runtime.prompts) == 3
         (notice,) = records.outbox_tail(5)
@@ -222,7 +223,7 @@ async def test_a_timer_wake_starts_its_turn_when_due(tmp_path: Path) -> None:
         await until(lambda: loop.state == "idle")
         due = time.time() + 0.3
         records.add_reminder(0.3, "check the build")
-        loop.doorbell.ring()  # the loop learns of the new due time and sleeps until it
+        loop.inbox.wake_committed()  # the loop learns of the new due time and sleeps until it
         await until(lambda: runtime.prompts != [])
         assert time.time() >= due - 0.01
         assert "from timer" in runtime.prompts[0] and "check the build" in runtime.prompts[0]
@@ -233,7 +234,7 @@ async def test_stop_interrupts_the_turn_in_flight_and_gives_its_wake_back_its_at
     runtime.hang = True
     async with running_loop(tmp_path, runtime) as (loop, records):
         wake = records.add_wake("operator", "long job")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         with anyio.fail_after(5):
             await runtime.started.wait()
         assert loop.stop() is True
@@ -250,7 +251,7 @@ async def test_a_nearly_full_context_is_compacted_or_else_archived(tmp_path: Pat
     runtime.can_compact = can_compact
     async with running_loop(tmp_path, runtime) as (loop, records):
         records.add_wake("operator", "fill it")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         await until(lambda: runtime.compacted + runtime.archived == 1)
     assert (runtime.compacted, runtime.archived) == ((1, 0) if can_compact else (0, 1))
 
@@ -297,12 +298,12 @@ async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_unti
     runtime = FakeRuntime()
     states: list[str] = []
     store = Store(tmp_path / "hyperhive.db")
-    records = FullRecords(store)
+    full = FullRecords(Store(tmp_path / "hyperhive.db"))
+    records = Records(store)
+    inbox = Inbox(full, Records(Store(tmp_path / "hyperhive.db")), feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
-        records,
-        doorbell=Doorbell(),
-        feed=LiveFeed(),
+        inbox,
         transcript=TranscriptSink(tmp_path / "transcripts"),
         notifier=SystemdNotifier({}),
         policy=LoopPolicy(backoff_base=0.01),
@@ -312,13 +313,14 @@ async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_unti
         tg.start_soon(loop.run)
         # The turn's start fails twice (the loop retries, never crashes); the answered turn's end fails three
         # times (held, then written; the turn is never run again).
-        records.fail = {"begin": 2, "end": 3}
+        full.fail = {"begin": 2, "end": 3}
         wake = records.add_wake("operator", "hello")
-        loop.doorbell.ring()
+        loop.inbox.wake_committed()
         await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
         loop.stop()
         tg.cancel_scope.cancel()
     turn = records.last_turn()
+    inbox.close()
     store.close()
     assert len(runtime.prompts) == 1
     full = [s for s in states if s.startswith("store unavailable: no space left in the state directory")]

@@ -10,8 +10,8 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,9 @@ from hyperhive.harness.http_tools import (
     load_token,
     read_endpoint,
 )
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.records import AGENT, TIMER, Records
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime.acp.link import acp_mcp_servers
@@ -102,25 +105,44 @@ def text(result: CallToolResult) -> str:
     return content.text
 
 
+class CountedDoorbell(Doorbell):
+    """The turn loop's doorbell, each ring noted: the tools re-arm the loop's timer through it."""
+
+    def __init__(self, rings: list[float]) -> None:
+        super().__init__()
+        self.rings = rings
+
+    def ring(self) -> None:
+        self.rings.append(time.time())
+        super().ring()
+
+
+@contextmanager
+def inbox_on(store: Store, rings: list[float] | None = None) -> Iterator[Inbox]:
+    """An inbox writing through `store` (so that closing it fails the writes), reading through its own."""
+    with Store(store.path) as reader:
+        doorbell = CountedDoorbell([] if rings is None else rings)
+        try:
+            yield Inbox(Records(store), Records(reader), feed=LiveFeed(), doorbell=doorbell)
+        finally:
+            doorbell.close()
+
+
 @asynccontextmanager
 async def serving(state: Path, store: Store | None = None) -> AsyncIterator[Served]:
     own = store is None
     store = Store(state / "hyperhive.db") if store is None else store
+    scheduled: list[float] = []
     try:
-        records = Records(store)
-        scheduled: list[float] = []
-        holder: dict[str, Served] = {}
-        tools = HyperhiveTools(
-            state,
-            records,
-            on_schedule=lambda: scheduled.append(time.time()),
-            current_turn=lambda: holder["served"].turn,
-        )
-        async with anyio.create_task_group() as tg:
-            url = await tg.start(tools.serve)
-            served = holder["served"] = Served(state, url, tools, records, scheduled)
-            yield served
-            tg.cancel_scope.cancel()
+        with inbox_on(store, scheduled) as inbox:
+            records = Records(store)  # the test's own view of the tables
+            holder: dict[str, Served] = {}
+            tools = HyperhiveTools(state, inbox, current_turn=lambda: holder["served"].turn)
+            async with anyio.create_task_group() as tg:
+                url = await tg.start(tools.serve)
+                served = holder["served"] = Served(state, url, tools, records, scheduled)
+                yield served
+                tg.cancel_scope.cancel()
     finally:
         if own:
             store.close()
@@ -453,8 +475,8 @@ def test_a_token_symlink_is_refused(tmp_path: Path) -> None:
 def test_a_bad_token_file_stops_the_tools_at_construction(tmp_path: Path) -> None:
     (tmp_path / TOKEN_FILE).write_text("a-token-that-leaked-0123456789")
     (tmp_path / TOKEN_FILE).chmod(0o644)
-    with Store(tmp_path / "hyperhive.db") as store, pytest.raises(HttpToolsError):
-        HyperhiveTools(tmp_path, Records(store), on_schedule=lambda: None, current_turn=lambda: None)
+    with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox, pytest.raises(HttpToolsError):
+        HyperhiveTools(tmp_path, inbox, current_turn=lambda: None)
 
 
 async def test_the_endpoint_is_recorded_0600_while_serving_and_removed_after(state: Path) -> None:
@@ -635,8 +657,8 @@ async def test_the_agent_entries_render_for_claude_and_acp_and_work(state: Path)
 
 
 def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
-    with Store(tmp_path / "hyperhive.db") as store:
-        tools = HyperhiveTools(tmp_path, Records(store), on_schedule=lambda: None, current_turn=lambda: None)
+    with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox:
+        tools = HyperhiveTools(tmp_path, inbox, current_turn=lambda: None)
         with pytest.raises(HttpToolsError, match="not serving"):
             tools.server_entry()
 
@@ -644,8 +666,8 @@ def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
 @pytest.mark.parametrize("after", [0, 0.001, 0.01, 0.05])
 async def test_cancellation_while_starting_does_not_hang(state: Path, after: float) -> None:
     # Found by this test: under `tg.start`, a start cancelled early waited forever for the shielded server.
-    with Store(state / "hyperhive.db") as store:
-        tools = HyperhiveTools(state, Records(store), on_schedule=lambda: None, current_turn=lambda: None)
+    with Store(state / "hyperhive.db") as store, inbox_on(store) as inbox:
+        tools = HyperhiveTools(state, inbox, current_turn=lambda: None)
         with anyio.fail_after(30):  # a bound against hanging, not a speed check
             async with anyio.create_task_group() as tg:
                 tg.start_soon(tools.serve)

@@ -11,7 +11,8 @@ own, no session to lose when the service restarts), its `TokenVerifier` for the 
 socket we bind ourselves, inside the caller's task group, without its signal handlers (the service owns
 signals) and without its 10 Hz housekeeping tick (an idle service sleeps).
 
-Tools run on the event loop's thread, where the service's `Records` connection lives.
+The tools store and read through the service's `Inbox` (harness/inbox.py): off the event loop, with the
+doorbell rung and the live feed told there.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sqlite3
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +51,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hyperhive import jsontext
 from hyperhive.errors import StoreError
-from hyperhive.harness.records import AGENT, Records
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.records import AGENT
 from hyperhive.mcp_servers import HttpServer
 
 log = logging.getLogger("hyperhive.harness.http")
@@ -214,22 +216,14 @@ def _remove_endpoint(state_dir: Path, endpoint: Endpoint) -> None:
 class HyperhiveTools:
     """hyperhive's own MCP tools, served over HTTP on loopback for the agent.
 
-    `records` is used on the event loop's thread only. `on_schedule()` is called after a reminder is added
-    or cancelled (the turn loop re-arms its timer); `current_turn()` names the turn in flight, recorded
-    with a reply. The token is loaded (or created) here, so a bad token file stops the service at start.
+    Every row goes through `inbox`, which also re-arms the turn loop after a reminder is set or cancelled and
+    announces a reply. `current_turn()` names the turn in flight, recorded with a reply. The token is loaded
+    (or created) here, so a bad token file stops the service at start.
     """
 
-    def __init__(
-        self,
-        state_dir: Path,
-        records: Records,
-        *,
-        on_schedule: Callable[[], None],
-        current_turn: Callable[[], int | None],
-    ) -> None:
+    def __init__(self, state_dir: Path, inbox: Inbox, *, current_turn: Callable[[], int | None]) -> None:
         self.state_dir = state_dir
-        self.records = records
-        self.on_schedule = on_schedule
+        self.inbox = inbox
         self.current_turn = current_turn
         self.token = load_token(state_dir)
         self.url: str | None = None
@@ -319,23 +313,22 @@ class HyperhiveTools:
         return mcp
 
     def _add_tools(self, mcp: FastMCP[Any]) -> None:
-        records = self.records
+        inbox = self.inbox
 
         async def reply(body: Body) -> str:
             text = _check_body(body)
             turn = self.current_turn()
-            row = _stored("the reply", lambda: records.add_outbox(AGENT, text, turn))
+            row = await _stored("the reply", inbox.add_outbox(AGENT, text, turn))
             return f"reply stored in the operator's outbox (id {row.id})"
 
         async def remind(after_secs: AfterSecs, body: Body) -> str:
             delay = _check_delay(after_secs)
             text = _check_body(body)
-            row = _stored("the reminder", lambda: records.add_reminder(delay, text))
-            self.on_schedule()
+            row = await _stored("the reminder", inbox.add_reminder(delay, text))
             return f"reminder {row.id} set: due {_when(row.not_before)}"
 
         async def reminders() -> str:
-            rows = _stored("the reminders", records.reminders)
+            rows = await _stored("the reminders", inbox.reminders())
             if not rows:
                 return "no pending reminders"
             now = time.time()
@@ -345,8 +338,7 @@ class HyperhiveTools:
             return f"{len(rows)} pending reminder(s), soonest first:\n" + "\n".join(lines)
 
         async def cancel_reminder(id: ReminderId) -> str:
-            if _stored("the cancellation", lambda: records.cancel_reminder(id)):
-                self.on_schedule()
+            if await _stored("the cancellation", inbox.cancel_reminder(id)):
                 return f"reminder {id} cancelled"
             return f"no pending reminder {id}: unknown, already delivered, or already cancelled (see reminders())"
 
@@ -422,10 +414,10 @@ def _check_delay(after_secs: float) -> float:
     return after_secs
 
 
-def _stored(what: str, op: Callable[[], _T]) -> _T:
-    """Run a store operation; a database failure becomes a tool error the agent can read (and a log line)."""
+async def _stored(what: str, op: Awaitable[_T]) -> _T:
+    """Await a store operation; a database failure becomes a tool error the agent can read (and a log line)."""
     try:
-        return op()
+        return await op
     except (sqlite3.Error, StoreError) as exc:
         log.error("the HTTP tools could not store %s: %s", what, exc)
         raise ToolError(f"could not store {what}: the service's database failed ({exc}); try again later") from exc

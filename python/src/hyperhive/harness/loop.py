@@ -10,7 +10,8 @@ Guarantees (docs/architecture.md, "The turn loop"):
   (while the agent was still starting) costs the wakes nothing, so crashes that are not theirs never set
   an operator's message aside unseen; a turn that fails before its first line still counts;
 - consecutive failures back off exponentially (capped); a success resets the backoff;
-- idle, the loop sleeps on the doorbell (or until the next timer is due): no polling, no CPU;
+- idle, the loop sleeps on the inbox's doorbell (or until the next timer is due): no polling, no CPU;
+- every read and write of the store goes through the inbox (harness/inbox.py), off the event loop;
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
   cannot compact), and the log says so.
 """
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import anyio
 
-from hyperhive.harness.live import FeedSink, JournalSink, LiveFeed
-from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.live import FeedSink, JournalSink
+from hyperhive.harness.notify import SystemdNotifier
 from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt
-from hyperhive.harness.records import Records, TurnEnd
+from hyperhive.harness.records import TurnEnd
 from hyperhive.runtime import Runtime
 from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
@@ -61,18 +63,16 @@ class TurnLoop:
     def __init__(
         self,
         runtime: Runtime,
-        records: Records,
+        inbox: Inbox,
         *,
-        doorbell: Doorbell,
-        feed: LiveFeed,
         transcript: TranscriptSink,
         notifier: SystemdNotifier,
         policy: LoopPolicy | None = None,
     ) -> None:
         self.runtime = runtime
-        self.records = records
-        self.doorbell = doorbell
-        self.feed = feed
+        self.inbox = inbox
+        # The loop's own events (its state, the turn's lines) go to the feed the inbox announces on.
+        self.feed = inbox.feed
         self.transcript = transcript
         self.notifier = notifier
         self.policy = policy or LoopPolicy()
@@ -83,6 +83,7 @@ class TurnLoop:
         self.last_usage: tuple[int | None, int | None] = (None, None)
         self._stopping = False
         self._stop_event = anyio.Event()
+        self._idle: anyio.CancelScope | None = None
         self._store_retry = STORE_RETRY_FIRST
 
     # -- control -------------------------------------------------------------------------------------
@@ -91,7 +92,8 @@ class TurnLoop:
         """Ask the loop to end: the turn in flight is interrupted; returns whether one was."""
         self._stopping = True
         self._stop_event.set()
-        self.doorbell.ring()
+        if self._idle is not None:
+            self._idle.cancel()
         return self.current_turn is not None and self.runtime.interrupt()
 
     def _set_state(self, state: str) -> None:
@@ -113,7 +115,7 @@ class TurnLoop:
                 self._store_retry = STORE_RETRY_FIRST
 
     async def _store_failed(self, what: str, exc: sqlite3.Error) -> None:
-        problem = describe_sqlite_error(exc, self.records.store.path)
+        problem = describe_sqlite_error(exc, self.inbox.path)
         delay = self._store_retry
         self._store_retry = min(delay * 2, STORE_RETRY_MAX)
         log.error("%s failed: %s; retrying in %g s", what, problem, delay)
@@ -123,18 +125,21 @@ class TurnLoop:
 
     async def _step(self) -> None:
         """One pass: set aside what failed too often, then one turn for the oldest waiting wakes (or sleep)."""
-        self._set_aside_exhausted()
-        wakes = self.records.waiting_wakes(limit=self.policy.max_wakes + 1)
+        await self._set_aside_exhausted()
+        wakes = await self.inbox.waiting_wakes(limit=self.policy.max_wakes + 1)
         if not wakes:
-            due = self.records.next_due()
+            due = await self.inbox.next_due()
             self._set_state("idle")
-            await self.doorbell.wait(None if due is None else max(0.0, due - time.time()))
+            with anyio.CancelScope() as self._idle:
+                if not self._stopping:  # `stop` cancels this scope; asked before it existed, it is seen here
+                    await self.inbox.wait(None if due is None else max(0.0, due - time.time()))
+            self._idle = None
             return
         prompt = build_prompt(
             wakes,
             max_wakes=self.policy.max_wakes,
             max_chars=self.policy.max_chars,
-            waiting=self.records.counts().waiting,
+            waiting=(await self.inbox.counts()).waiting,
         )
         answered = await self.turn(prompt)
         if answered:
@@ -146,18 +151,11 @@ class TurnLoop:
 
     async def turn(self, prompt: Prompt) -> bool:
         """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""
-        turn_id = self.records.begin_turn(prompt.wake_ids, len(prompt.text))
+        turn_id = await self.inbox.begin_turn(prompt)
         self.current_turn = turn_id
         self._set_state(f"turn {turn_id}")
         log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
-        self.feed.publish(
-            {
-                "event": "turn_start",
-                "turn": turn_id,
-                "wakes": [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids],
-            }
-        )
-        engaged = _Engaged(self.records, prompt.wake_ids)
+        engaged = _Engaged(self.inbox, prompt.wake_ids)
         sink: Sink = TeeSink(engaged, self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
         started = time.monotonic()
         end: TurnEnd
@@ -169,14 +167,15 @@ class TurnLoop:
             log.warning("turn %d failed: %s", turn_id, exc.message)
         except BaseException:
             # The service is going down under us (cancellation) or something unexpected: never delivered,
-            # and the attempt is recorded as cut short (a synchronous write: no cancellation can cut it).
+            # and the attempt is recorded as cut short (shielded: the cancellation cannot cut it).
             try:
-                self.records.end_turn(
-                    turn_id,
-                    TurnEnd("interrupted", error="the service stopped during the turn"),
-                    deliver=[],
-                    refund=prompt.wake_ids if self._stopping and engaged.counted else [],
-                )
+                with anyio.CancelScope(shield=True):
+                    await self.inbox.end_turn(
+                        turn_id,
+                        TurnEnd("interrupted", error="the service stopped during the turn"),
+                        deliver=[],
+                        refund=prompt.wake_ids if self._stopping and engaged.counted else [],
+                    )
             except sqlite3.Error as exc:  # the next start marks the turn interrupted
                 log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
             self.current_turn = None
@@ -192,7 +191,6 @@ class TurnLoop:
         await self._end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
         self.current_turn = None
         log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
-        self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
         self.last_usage = (end.context_used, end.context_size)
         return answered
 
@@ -204,7 +202,7 @@ class TurnLoop:
         A stop gives up (the next start marks the turn interrupted and carries its wakes again)."""
         while True:
             try:
-                self.records.end_turn(turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
+                await self.inbox.end_turn(turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
             except sqlite3.Error as exc:
                 if self._stopping:
                     log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
@@ -216,17 +214,16 @@ class TurnLoop:
 
     @property
     def _db(self) -> Path:
-        return self.records.store.path
+        return self.inbox.path
 
     # -- after a turn --------------------------------------------------------------------------------
 
-    def _set_aside_exhausted(self) -> None:
-        exhausted = self.records.exhausted_wakes(self.policy.max_attempts)
+    async def _set_aside_exhausted(self) -> None:
+        exhausted = await self.inbox.exhausted_wakes(self.policy.max_attempts)
         if exhausted:
             reason = f"{self.policy.max_attempts} turns carrying it failed or were cut short"
             log.error("setting aside wake(s) %s: %s", exhausted, reason)
-            self.records.set_aside(exhausted, reason)
-            self.feed.publish({"event": "outbox"})
+            await self.inbox.set_aside(exhausted, reason)
 
     async def _back_off(self) -> None:
         delay = self.policy.backoff(self.failures)
@@ -255,15 +252,15 @@ class TurnLoop:
 class _Engaged:
     """A sink that counts the turn as an attempt for its wakes at its first line: the agent is up and on it."""
 
-    def __init__(self, records: Records, wake_ids: list[int]) -> None:
-        self.records = records
+    def __init__(self, inbox: Inbox, wake_ids: list[int]) -> None:
+        self.inbox = inbox
         self.wake_ids = wake_ids
         self.counted = False
 
     async def emit(self, line: StreamLine) -> None:
         if not self.counted:
             self.counted = True
-            self.records.attempt(self.wake_ids)
+            await self.inbox.attempt(self.wake_ids)
 
 
 def _end_from(result: ResultLine | None, outcome: str, started: float) -> TurnEnd:

@@ -1,8 +1,8 @@
 """Two small signals: the turn loop's doorbell, and systemd's notification socket.
 
-`Doorbell` is how anything that stores a wake (the control socket, the HTTP tools, the task engine, from
-any thread) tells the idle loop to look again. It is a non-blocking pipe: `ring()` is thread-safe and never
-blocks, several rings collapse into one, and the loop waits on it with no CPU at all (no polling).
+`Doorbell` is how the inbox (harness/inbox.py), after it stores a wake, tells the idle loop to look again.
+It is a non-blocking pipe: `ring()` is thread-safe and never blocks, several rings collapse into one, and
+the loop waits on it with no CPU at all (no polling).
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Every change that must not be seen half-done is one transaction: a turn's start and the attempt it costs
 each wake it carries; a turn's end and the delivery of its wakes; a wake set aside and the outbox notice
 that says so. A crash between two of these loses nothing: an undelivered wake is simply carried again.
+
+These are the queries alone, synchronous, on one connection, with no side effects. The service reaches
+them only through `harness/inbox.py` (worker threads, the doorbell, the live feed); the operator CLI,
+which reads the store (and stores a `send`) when no service runs, uses them directly.
 """
 
 from __future__ import annotations
@@ -121,10 +125,10 @@ class Records:
         (aside,) = self.store.one("SELECT COUNT(*) FROM wakes WHERE set_aside_at IS NOT NULL", ())
         return QueueCounts(int(waiting or 0), int(scheduled or 0), int(aside))
 
-    def set_aside(self, wake_ids: list[int], reason: str) -> None:
-        """Stop retrying these wakes; one outbox notice says so, in the same transaction."""
+    def set_aside(self, wake_ids: list[int], reason: str) -> int | None:
+        """Stop retrying these wakes; one outbox notice says so, in the same transaction. Returns its id."""
         if not wake_ids:
-            return
+            return None
         now = time.time()
         with self.store.transaction() as db:
             db.executemany(
@@ -132,10 +136,11 @@ class Records:
                 [(now, reason, i) for i in wake_ids],
             )
             ids = ", ".join(str(i) for i in wake_ids)
-            db.execute(
+            cur = db.execute(
                 "INSERT INTO outbox (created_at, source, body) VALUES (?, ?, ?)",
                 (now, HARNESS, f"wake(s) {ids} set aside, not retried: {reason}"),
             )
+        return cur.lastrowid
 
     # -- reminders (timer wakes) ---------------------------------------------------------------------
 

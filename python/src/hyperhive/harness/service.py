@@ -3,6 +3,11 @@
     lock the state directory ─ open the store ─ host the task engine ─ serve hyperhive's HTTP tools
     ─ serve the control socket ─ READY=1 ─ run the turn loop until SIGTERM ─ stop the turn ─ end the tasks
 
+The harness's tables are reached through one `Inbox` (harness/inbox.py), which also rings the loop's
+doorbell and announces on the live feed; the engine reports the wakes of ended tasks to it (`on_wake`).
+The store's connections here, one per user: the inbox's writer and reader (worker threads), the engine's
+(its worker thread) and the runtime's (its sessions, used on the event loop).
+
 Everything lives in one task group under one cancel scope; the order above is the order of start, and
 shutdown runs it backwards, each step bounded: the turn in flight is interrupted through the runtime
 (its own grace, then the kill ladder), the agent process is closed, and the engine kills every task it
@@ -11,6 +16,7 @@ still runs (recorded `interrupted`, with a wake for the next start). A second SI
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -28,15 +34,16 @@ from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
 from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
+from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.notify import Doorbell, SystemdNotifier
-from hyperhive.harness.records import OPERATOR, Records
+from hyperhive.harness.notify import SystemdNotifier
+from hyperhive.harness.records import OPERATOR
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store, WakeRow, describe_sqlite_error, prepare_state_dir
+from hyperhive.store import Store, describe_sqlite_error, prepare_state_dir
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
 
@@ -48,56 +55,15 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_MARGIN = 5.0
 
 
-class WakeStore(Store):
-    """The engine's store: every wake it writes (a task's end) rings the loop's doorbell."""
-
-    def __init__(self, *args: Any, doorbell: Doorbell, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.doorbell = doorbell
-
-    def write_end(self, *args: Any, **kwargs: Any) -> bool:
-        # Called on the engine's store thread: ringing is thread-safe.
-        recorded = super().write_end(*args, **kwargs)
-        if recorded and kwargs.get("wake") is not None:
-            self.doorbell.ring()
-        return recorded
-
-    def add_wake(
-        self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
-    ) -> WakeRow:
-        row = super().add_wake(source, body, not_before=not_before, request_id=request_id)
-        self.doorbell.ring()
-        return row
-
-
-class LiveRecords(Records):
-    """Records whose outbox entries are announced on the live feed (`outbox -f`)."""
-
-    def __init__(self, store: Store, feed: LiveFeed) -> None:
-        super().__init__(store)
-        self.feed = feed
-
-    def add_outbox(self, source: str, body: str, turn_id: int | None = None) -> Any:
-        row = super().add_outbox(source, body, turn_id)
-        self.feed.publish({"event": "outbox", "id": row.id})
-        return row
-
-    def set_aside(self, wake_ids: list[int], reason: str) -> None:
-        super().set_aside(wake_ids, reason)
-        self.feed.publish({"event": "outbox"})
-
-
 @dataclasses.dataclass
 class Service:
     """The running service's parts, as the control socket's handlers see them."""
 
     config: Config
-    records: LiveRecords
+    inbox: Inbox
     engine: TaskEngine
     runtime: Runtime
     loop: TurnLoop
-    feed: LiveFeed
-    doorbell: Doorbell
     started_at: float
     http_url: str | None = None
 
@@ -120,12 +86,11 @@ class Service:
             request_id = req.get("request_id")
             if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
                 raise RequestRefused("bad_request", "`request_id` must be a string of 1 to 200 characters")
-            wake = self.records.add_wake(source, _clean(body), request_id=request_id)
-            self.doorbell.ring()
+            wake = await self.inbox.add_wake(source, _clean(body), request_id=request_id)
             return Reply({"wake_id": wake.id})
 
         async def status(req: dict[str, Any]) -> Reply:
-            return Reply(self.status())
+            return Reply(await self.status())
 
         async def tool(req: dict[str, Any]) -> Reply:
             name, arguments = req.get("name"), req.get("arguments", {})
@@ -141,7 +106,7 @@ class Service:
             return Reply({"text": result.text, "structured": result.structured, "is_error": result.is_error})
 
         async def subscribe(req: dict[str, Any]) -> Reply:
-            return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.feed.subscribe())
+            return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.inbox.feed.subscribe())
 
         handlers = {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
         return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
@@ -149,7 +114,7 @@ class Service:
     def _store_errors_answered(self, op: str, handler: Handler) -> Handler:
         """A store failure (disk full, locked, read-only) is the request's clear `ok: false`, never a dropped
         connection: `send` on a full state directory used to close the socket without a word."""
-        path = self.records.store.path
+        path = self.inbox.path
         consequence = {"send": "the message was not stored; send it again once there is room"}.get(op, "")
 
         async def answered(req: dict[str, Any]) -> Reply:
@@ -162,23 +127,21 @@ class Service:
 
         return answered
 
-    def status(self) -> dict[str, Any]:
-        last = self.records.last_turn()
-        counts = self.records.counts()
-        key = getattr(self.runtime, "session_key", self.runtime.name)
-        running = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in self.records.store.unfinished_tasks()]
+    async def status(self) -> dict[str, Any]:
+        stored = await self.inbox.summary(getattr(self.runtime, "session_key", self.runtime.name))
+        last = stored.last_turn
         return {
             "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
             "state": self.loop.state,
             "runtime": self.runtime.name,
-            "session": self.records.store.current_session(key),
+            "session": stored.session,
             "context": {"used": self.loop.last_usage[0], "size": self.loop.last_usage[1]} if last is not None else None,
-            "queue": dataclasses.asdict(counts),
-            "tasks": running,
+            "queue": dataclasses.asdict(stored.counts),
+            "tasks": [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in stored.tasks],
             "last_turn": dataclasses.asdict(last) if last is not None else None,
-            "turns": self.records.turn_count(),
+            "turns": stored.turns,
             "http": self.http_url,
-            "subscribers": self.feed.subscribers,
+            "subscribers": self.inbox.feed.subscribers,
         }
 
 
@@ -193,14 +156,15 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
     prepare_state_dir(state)  # 0700; refused when others can write it
     socket_path = state / SOCKET_NAME
     notifier = SystemdNotifier()
-    with ServiceLock(state):
-        doorbell = Doorbell()
-        feed = LiveFeed()
-        engine_store = WakeStore(config.db_path, doorbell=doorbell)
-        store = Store(config.db_path)
-        records = LiveRecords(store, feed)
+    with ServiceLock(state), contextlib.ExitStack() as closing:
+        inbox = await Inbox.open(config.db_path, feed=LiveFeed())
+        closing.callback(inbox.close)
+        engine_store = await anyio.to_thread.run_sync(Store, config.db_path)
+        closing.callback(engine_store.close)
+        sessions = await anyio.to_thread.run_sync(Store, config.db_path)
+        closing.callback(sessions.close)
         try:
-            interrupted = records.interrupt_running_turns()
+            interrupted = await inbox.interrupt_running_turns()
         except sqlite3.Error as exc:  # a full state directory after a crash: one line and exit 3, no traceback
             raise StoreError(describe_sqlite_error(exc, config.db_path), path=str(config.db_path)) from exc
         if interrupted > 0:
@@ -217,13 +181,13 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         os.environ["HIVE_SOCKET"] = str(socket_path)
         transcript = TranscriptSink(config.transcripts_dir)
         try:
-            async with TaskEngine(engine_store, config.tasks_dir, config.workdir) as engine:
+            engine = TaskEngine(engine_store, config.tasks_dir, config.workdir, on_wake=inbox.wake_committed)
+            async with engine:
                 return await _run(
                     config,
                     engine,
-                    records=records,
-                    feed=feed,
-                    doorbell=doorbell,
+                    inbox=inbox,
+                    sessions=sessions,
                     notifier=notifier,
                     transcript=transcript,
                     policy=policy,
@@ -231,18 +195,14 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
         finally:
             record_children_in(None)
             transcript.close()
-            store.close()
-            engine_store.close()
-            doorbell.close()
 
 
 async def _run(
     config: Config,
     engine: TaskEngine,
     *,
-    records: LiveRecords,
-    feed: LiveFeed,
-    doorbell: Doorbell,
+    inbox: Inbox,
+    sessions: Store,
     notifier: SystemdNotifier,
     transcript: TranscriptSink,
     policy: LoopPolicy | None,
@@ -257,13 +217,11 @@ async def _run(
             def current_turn() -> int | None:
                 return loop.current_turn if loop is not None else None
 
-            http_url, mcp_servers = await _start_tools(tg, agent_config, records, doorbell, current_turn)
+            http_url, mcp_servers = await _start_tools(tg, agent_config, inbox, current_turn)
             agent_config = dataclasses.replace(agent_config, mcp_servers=mcp_servers)
-            runtime = make_runtime(agent_config, records.store)
-            loop = TurnLoop(
-                runtime, records, doorbell=doorbell, feed=feed, transcript=transcript, notifier=notifier, policy=policy
-            )
-            service = Service(agent_config, records, engine, runtime, loop, feed, doorbell, time.time(), http_url)
+            runtime = make_runtime(agent_config, sessions)
+            loop = TurnLoop(runtime, inbox, transcript=transcript, notifier=notifier, policy=policy)
+            service = Service(agent_config, inbox, engine, runtime, loop, time.time(), http_url)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
             await tg.start(_watch_signals, loop, engine, tg, config.cancel_grace + STOP_MARGIN, notifier)
             tg.start_soon(notifier.watchdog)
@@ -283,12 +241,12 @@ async def _run(
 
 
 async def _start_tools(
-    tg: TaskGroup, config: Config, records: Records, doorbell: Doorbell, current_turn: Callable[[], int | None]
+    tg: TaskGroup, config: Config, inbox: Inbox, current_turn: Callable[[], int | None]
 ) -> tuple[str, McpServers]:
     """Serve hyperhive's own tools; the agent's MCP servers gain the `hyperhive` entry (URL and token)."""
     from hyperhive.harness.http_tools import HYPERHIVE_SERVER, HyperhiveTools
 
-    tools = HyperhiveTools(config.state_dir, records, on_schedule=doorbell.ring, current_turn=current_turn)
+    tools = HyperhiveTools(config.state_dir, inbox, current_turn=current_turn)
     url: str = await tg.start(tools.serve)
     servers = config.mcp_servers if config.mcp_servers is not None else McpServers()
     return url, servers.with_server(HYPERHIVE_SERVER, tools.server_entry())

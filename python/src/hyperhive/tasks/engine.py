@@ -172,6 +172,8 @@ class TaskEngine:
     """Runs and supervises background tasks. Use as `async with TaskEngine(...) as engine:`.
 
     `cgroup`: `auto`, `off` or a parent cgroup directory (see `tasks/cgroup.py`); None reads `HIVE_CGROUP`.
+    `on_wake()` is called on the event loop, once, after a task's end and its wake are committed (the
+    harness's inbox rings its doorbell there); the wake is written in the task's own transaction.
     """
 
     def __init__(
@@ -183,8 +185,10 @@ class TaskEngine:
         kill_grace: float = 2.0,
         env: Mapping[str, str] | None = None,
         cgroup: str | Path | None = None,
+        on_wake: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_wake = on_wake
         self.tasks_dir = tasks_dir
         self.workdir = workdir
         self.kill_grace = kill_grace
@@ -557,7 +561,7 @@ class TaskEngine:
         delay, failures = RETRY_FIRST, 0
         while True:
             try:
-                await self._db(
+                recorded = await self._db(
                     self.store.write_end,
                     row.id,
                     row.status,
@@ -583,6 +587,8 @@ class TaskEngine:
                 continue
             if failures:
                 log.warning("task %d: its end is recorded after %d failed attempt(s)", row.id, failures)
+            if recorded and end.wake is not None and self._on_wake is not None:
+                self._on_wake()
             if self._ends.get(row.id) is end:
                 del self._ends[row.id]
             end.written.set()

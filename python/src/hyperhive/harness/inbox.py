@@ -1,0 +1,212 @@
+"""The service's inbox and outbox: the one owner of the harness's tables and of what follows a change to them.
+
+Every write the service makes to `wakes`, `turns` and `outbox` (the operator's messages, the agent's
+replies and reminders, the turn loop's turns and attempts) goes through `Inbox`, and so does what must
+follow it, once per commit and only after it:
+
+- a wake stored, a reminder set or cancelled rings the doorbell the turn loop sleeps on; a task's end,
+  whose wake the task engine writes in the task's own transaction (store.py: never one without the
+  other), reaches it through the hook the engine is given (`TaskEngine(on_wake=inbox.wake_committed)`);
+- an outbox entry (a reply, the notice of wakes set aside) and a turn's start and end are announced on
+  the live feed (`outbox -f`, `tail -f`).
+
+SQLite never runs on the event loop, as in the task engine: writes run on a worker thread over the
+writing connection, one at a time (a limiter of one: a connection is used by one thread at a time), with
+the store's 10 s busy timeout; reads run on another thread over a second connection with a limiter of its
+own. A write waiting for a database another process has locked holds up nothing but itself and the writes
+queued behind it: `ping`, `status`, the tools' reads and the loop's reads go on (a WAL read never waits
+for a writer). The transactions are records.py's, one call each, so their boundaries are unchanged.
+
+A call cancelled before its thread started does nothing; once started, it runs to its end (the thread is
+never abandoned) and its side effects follow. The turn loop shields the one write that must outlive a
+cancellation (the end of a turn cut short by the service stopping).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.notify import Doorbell
+from hyperhive.harness.prompt import Prompt
+from hyperhive.harness.records import OutboxRow, QueueCounts, Records, TurnEnd, TurnRow
+from hyperhive.store import Store, TaskRow, WakeRow
+
+_T = TypeVar("_T")
+
+# The reading connection's busy timeout. A WAL read waits only in rare moments (another connection
+# recovering the WAL index); a read that cannot go on within this fails, rather than queue every read
+# behind it.
+READ_BUSY_MS = 1000
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What `status` shows from the store, read in one go."""
+
+    last_turn: TurnRow | None
+    counts: QueueCounts
+    tasks: list[TaskRow]
+    session: str | None
+    turns: int
+
+
+class Inbox:
+    """The harness's tables for the running service: every write, its side effects, off the event loop.
+
+    `writer` and `reader` are two connections to one database (`open` makes them); each is used from
+    one worker thread at a time, and never on the event loop. The inbox owns the doorbell: the turn loop
+    waits on it (`wait`), and nothing else rings it. Errors are the store's own (`sqlite3.Error`): each
+    caller says what a failure means for it.
+    """
+
+    def __init__(self, writer: Records, reader: Records, *, feed: LiveFeed, doorbell: Doorbell | None = None) -> None:
+        self._writer = writer
+        self._reader = reader
+        self.feed = feed
+        self.doorbell = Doorbell() if doorbell is None else doorbell
+        self.path = writer.store.path
+        # Made on first use: a limiter belongs to the running event loop.
+        self._write_limiter: anyio.CapacityLimiter | None = None
+        self._read_limiter: anyio.CapacityLimiter | None = None
+
+    @classmethod
+    async def open(cls, path: Path, *, feed: LiveFeed) -> Inbox:
+        """Open both connections (creating or migrating the database), on a worker thread."""
+
+        def connect() -> Inbox:
+            writer = Store(path)
+            try:
+                reader = Store(path, busy_timeout_ms=READ_BUSY_MS)
+            except BaseException:
+                writer.close()
+                raise
+            return cls(Records(writer), Records(reader), feed=feed)
+
+        return await anyio.to_thread.run_sync(connect)
+
+    def close(self) -> None:
+        self._reader.store.close()
+        self._writer.store.close()
+        self.doorbell.close()
+
+    async def _write(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
+        if self._write_limiter is None:
+            self._write_limiter = anyio.CapacityLimiter(1)
+        call = functools.partial(fn, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=self._write_limiter)
+
+    async def _read(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
+        if self._read_limiter is None:
+            self._read_limiter = anyio.CapacityLimiter(1)
+        call = functools.partial(fn, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=self._read_limiter)
+
+    # -- the doorbell --------------------------------------------------------------------------------
+
+    def wake_committed(self) -> None:
+        """A wake written elsewhere was committed (a task's end, by the engine): the loop looks again.
+        Thread-safe; the engine calls it on the event loop after the task's transaction."""
+        self.doorbell.ring()
+
+    async def wait(self, within: float | None = None) -> bool:
+        """Sleep until a wake may be waiting (True) or `within` seconds pass (False)."""
+        return await self.doorbell.wait(within)
+
+    # -- wakes and reminders -------------------------------------------------------------------------
+
+    async def add_wake(self, source: str, body: str, *, request_id: str | None = None) -> WakeRow:
+        """Store a wake (idempotent under `request_id`) and ring the doorbell."""
+        row = await self._write(self._writer.add_wake, source, body, request_id=request_id)
+        self.doorbell.ring()
+        return row
+
+    async def add_reminder(self, after_secs: float, body: str) -> WakeRow:
+        """A timer wake due in `after_secs`; the doorbell makes the loop re-arm its timer."""
+        row = await self._write(self._writer.add_reminder, after_secs, body)
+        self.doorbell.ring()
+        return row
+
+    async def cancel_reminder(self, wake_id: int) -> bool:
+        cancelled = await self._write(self._writer.cancel_reminder, wake_id)
+        if cancelled:
+            self.doorbell.ring()
+        return cancelled
+
+    async def set_aside(self, wake_ids: list[int], reason: str) -> None:
+        """Stop retrying these wakes; the outbox notice that says so is announced once."""
+        notice = await self._write(self._writer.set_aside, wake_ids, reason)
+        if notice is not None:
+            self.feed.publish({"event": "outbox", "id": notice})
+
+    async def waiting_wakes(self, *, limit: int = 1000) -> list[WakeRow]:
+        return await self._read(self._reader.waiting_wakes, limit=limit)
+
+    async def exhausted_wakes(self, max_attempts: int) -> list[int]:
+        return await self._read(self._reader.exhausted_wakes, max_attempts)
+
+    async def next_due(self) -> float | None:
+        return await self._read(self._reader.next_due)
+
+    async def counts(self) -> QueueCounts:
+        return await self._read(self._reader.counts)
+
+    async def reminders(self) -> list[WakeRow]:
+        return await self._read(self._reader.reminders)
+
+    # -- turns ---------------------------------------------------------------------------------------
+
+    async def begin_turn(self, prompt: Prompt) -> int:
+        """Record a turn's start (its attempts come with the agent's first line: `attempt`); announce it."""
+        turn_id = await self._write(self._writer.begin_turn, prompt.wake_ids, len(prompt.text))
+        wakes = [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids]
+        self.feed.publish({"event": "turn_start", "turn": turn_id, "wakes": wakes})
+        return turn_id
+
+    async def attempt(self, wake_ids: Sequence[int]) -> None:
+        await self._write(self._writer.attempt, wake_ids)
+
+    async def end_turn(
+        self,
+        turn_id: int,
+        end: TurnEnd,
+        *,
+        deliver: list[int],
+        refund: Sequence[int] = (),
+        attempt: Sequence[int] = (),
+    ) -> None:
+        """Record the turn's end with the delivery of its wakes (one transaction, records.py); announce it."""
+        await self._write(self._writer.end_turn, turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
+        self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
+
+    async def interrupt_running_turns(self) -> int:
+        return await self._write(self._writer.interrupt_running_turns)
+
+    # -- the outbox ----------------------------------------------------------------------------------
+
+    async def add_outbox(self, source: str, body: str, turn_id: int | None = None) -> OutboxRow:
+        row = await self._write(self._writer.add_outbox, source, body, turn_id)
+        self.feed.publish({"event": "outbox", "id": row.id})
+        return row
+
+    # -- status --------------------------------------------------------------------------------------
+
+    async def summary(self, session_key: str) -> Summary:
+        def read() -> Summary:
+            records = self._reader
+            return Summary(
+                last_turn=records.last_turn(),
+                counts=records.counts(),
+                tasks=records.store.unfinished_tasks(),
+                session=records.store.current_session(session_key),
+                turns=records.turn_count(),
+            )
+
+        return await self._read(read)

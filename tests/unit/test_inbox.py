@@ -1,0 +1,137 @@
+"""The inbox's side effects, once per commit: the doorbell for a stored wake, the live feed for an outbox entry.
+
+Before the inbox, the side effects were bolted on by subclassing (`WakeStore`, `LiveRecords`) and by the
+callers, and a wake set aside was announced twice: once by `LiveRecords.set_aside`, once by the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.loop import LoopPolicy, TurnLoop
+from hyperhive.harness.notify import Doorbell, SystemdNotifier
+from hyperhive.harness.records import Records
+from hyperhive.harness.service import Service
+from hyperhive.runtime.errors import TurnError
+from hyperhive.runtime.stream import ResultLine
+from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.store import Store
+from hyperhive.tasks.engine import TaskEngine
+from tests.unit.test_harness_loop import FakeRuntime, until
+
+pytestmark = pytest.mark.anyio
+
+
+class CountedDoorbell(Doorbell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rings = 0
+
+    def ring(self) -> None:
+        self.rings += 1
+        super().ring()
+
+
+@asynccontextmanager
+async def opened(tmp_path: Path) -> AsyncIterator[tuple[Inbox, CountedDoorbell]]:
+    path = tmp_path / "hyperhive.db"
+    doorbell = CountedDoorbell()
+    inbox = Inbox(Records(Store(path)), Records(Store(path)), feed=LiveFeed(), doorbell=doorbell)
+    try:
+        yield inbox, doorbell
+    finally:
+        inbox.close()
+
+
+@asynccontextmanager
+async def collected(feed: LiveFeed) -> AsyncIterator[list[dict[str, Any]]]:
+    """Every event the feed publishes while the block runs."""
+    events: list[dict[str, Any]] = []
+
+    async def collect(task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        stream = feed.subscribe()
+        task_status.started()
+        async for event in stream:
+            events.append(event)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(collect)
+        await until(lambda: feed.subscribers == 1)
+        yield events
+        await anyio.sleep(0.05)  # what was published is delivered
+        tg.cancel_scope.cancel()
+
+
+async def test_a_send_rings_the_doorbell_once(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, doorbell):
+        # Only the inbox is needed for `send`; the other parts are not reached.
+        service = Service(None, inbox, None, None, None, time.time())  # type: ignore[arg-type]
+        reply = await service.handlers()["send"]({"op": "send", "body": "hello", "request_id": "r-1"})
+        assert doorbell.rings == 1
+        (wake,) = await inbox.waiting_wakes()
+        assert reply.result == {"wake_id": wake.id} and wake.body == "hello"
+
+
+async def test_a_reminder_rings_when_set_and_when_cancelled_not_when_there_is_none(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, doorbell):
+        row = await inbox.add_reminder(60, "later")
+        assert doorbell.rings == 1
+        assert await inbox.cancel_reminder(row.id) is True
+        assert doorbell.rings == 2
+        assert await inbox.cancel_reminder(row.id) is False
+        assert doorbell.rings == 2
+
+
+async def test_a_reply_is_announced_once_and_rings_nothing(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, doorbell), collected(inbox.feed) as events:
+        row = await inbox.add_outbox("agent", "done")
+    assert events == [{"event": "outbox", "id": row.id}]
+    assert doorbell.rings == 0
+
+
+async def test_wakes_set_aside_are_announced_once(tmp_path: Path) -> None:
+    def script(prompt: str) -> ResultLine:
+        raise TurnError("provider says 429")
+
+    runtime = FakeRuntime(script)
+    async with opened(tmp_path) as (inbox, _doorbell):
+        window = Records(Store(tmp_path / "hyperhive.db"))
+        loop = TurnLoop(
+            runtime,  # type: ignore[arg-type]
+            inbox,
+            transcript=TranscriptSink(tmp_path / "transcripts"),
+            notifier=SystemdNotifier({}),
+            policy=LoopPolicy(max_attempts=1, backoff_base=0.01, backoff_cap=0.02),
+        )
+        async with collected(inbox.feed) as events, anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            wake = await inbox.add_wake("operator", "doomed")
+            await until(lambda: window.counts().set_aside == 1 and loop.state == "idle")
+            loop.stop()
+        notices = [e for e in events if e["event"] == "outbox"]
+        turns = [e["event"] for e in events if e["event"] in ("turn_start", "turn_end")]
+        (notice,) = window.outbox_tail(5)
+        window.store.close()
+    assert len(notices) == 1, events
+    assert turns == ["turn_start", "turn_end"]  # one turn: each announced once
+    assert notices == [{"event": "outbox", "id": notice.id}] and str(wake.id) in notice.body
+
+
+async def test_a_tasks_wake_reaches_the_inbox_through_the_engines_hook_once(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, doorbell):
+        with Store(tmp_path / "hyperhive.db") as engine_store:
+            async with TaskEngine(engine_store, tmp_path / "tasks", tmp_path, on_wake=inbox.wake_committed) as engine:
+                result = await engine.run("true", wait_seconds=0)
+                await until(lambda: doorbell.rings > 0)
+                (wake,) = await inbox.waiting_wakes()
+            assert wake.source == f"bash-task-{result.view.row.id}"
+        assert doorbell.rings == 1
