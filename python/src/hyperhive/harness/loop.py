@@ -79,7 +79,6 @@ class TurnLoop:
         self.current_turn: int | None = None
         self.state = "starting"
         self.failures = 0
-        self.backoff_until: float | None = None
         self.last_usage: tuple[int | None, int | None] = (None, None)
         self._stopping = False
         self._stop_event = anyio.Event()
@@ -227,12 +226,10 @@ class TurnLoop:
 
     async def _back_off(self) -> None:
         delay = self.policy.backoff(self.failures)
-        self.backoff_until = time.time() + delay
         self._set_state(f"backing off {delay:g} s after {self.failures} failed turn(s)")
         log.info("backing off %g s after %d consecutive failed turn(s)", delay, self.failures)
         with anyio.move_on_after(delay):
             await self._stop_event.wait()
-        self.backoff_until = None
 
     async def _maybe_compact(self) -> None:
         used, size = self.last_usage

@@ -251,7 +251,6 @@ class ClaudeRuntime:
             return parse_line(raw)
         except ProtocolError as exc:
             # One odd line (a warning printed to stdout, a field claude changed) must not cost the turn.
-            state.malformed += 1
             log.warning("claude printed a line that is not stream-json; skipped: %s", exc.message)
             return None
 

@@ -22,7 +22,6 @@ class TurnState:
     model: str | None = None
     # The main thread's latest assistant `message.usage`: the size of the last request sent to the model.
     last_usage: dict[str, Any] | None = None
-    malformed: int = 0
 
     def observe(self, line: StreamLine) -> None:
         sid = getattr(line, "session_id", None)
