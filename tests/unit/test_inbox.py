@@ -130,7 +130,11 @@ async def test_a_tasks_wake_reaches_the_inbox_through_the_engines_hook_once(tmp_
     async with opened(tmp_path) as (inbox, doorbell):
         with Store(tmp_path / "hyperhive.db") as engine_store:
             async with TaskEngine(engine_store, tmp_path / "tasks", tmp_path, on_wake=inbox.wake_committed) as engine:
-                result = await engine.run("true", wait_seconds=0)
+                # The task ends only once `run` has returned: one that ended within `run`'s own (zero) wait
+                # would be answered inline, with no wake (found flaky under CI's load with `true`).
+                result = await engine.run("while [ ! -e go ]; do sleep 0.02; done", wait_seconds=0)
+                assert not result.finished_inline
+                (tmp_path / "go").touch()
                 await until(lambda: doorbell.rings > 0)
                 (wake,) = await inbox.waiting_wakes()
             assert wake.source == f"bash-task-{result.view.row.id}"
