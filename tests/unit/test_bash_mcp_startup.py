@@ -7,12 +7,13 @@ and every module it imported is checked against those it must never need.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.unit.importtime import matching, run_hyperhive
 
 # Prefixes of modules the bash server must not import: the agent runtimes, the MCP-server list models
 # (pydantic), the MCP and ACP SDKs, click (the CLI is skipped on this path), anyio's trio backend.
@@ -31,28 +32,13 @@ FORBIDDEN = (
 
 
 def imported_modules(tmp_path: Path, *args: str, **env: str) -> set[str]:
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hyperhive", *args],
-        check=False,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env={
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HIVE_STATE_DIR": str(tmp_path / "state"),
-            "HIVE_WORKDIR": str(tmp_path),
-            **env,
-        },
-    )
+    proc, modules = run_hyperhive(tmp_path, *args, **env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # Lines look like `import time:       123 |        456 |     package.module`.
-    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return modules
 
 
 def forbidden(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+    return matching(modules, FORBIDDEN)
 
 
 def test_bash_mcp_imports_none_of_the_runtimes_sdks_or_pydantic(tmp_path: Path) -> None:
@@ -81,7 +67,7 @@ FORWARDING_FORBIDDEN = (
 
 
 def forwarding_forbidden(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORWARDING_FORBIDDEN))
+    return matching(modules, FORWARDING_FORBIDDEN)
 
 
 @pytest.mark.parametrize("told", [True, False], ids=["HIVE_SOCKET", "state-dir-lock"])

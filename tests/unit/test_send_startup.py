@@ -9,16 +9,14 @@ module it imported is checked against those it must not need. No timings are ass
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from hyperhive.store import Store
+from tests.unit.importtime import matching, run_hyperhive
 
 # The event loop (the blocking client in control/wire.py does one request), the store (only the
 # fallback reads it), the MCP-server models (pydantic: operator commands never use HIVE_MCP_SERVERS).
@@ -82,29 +80,8 @@ def fake_service(state: Path) -> Iterator[list[dict[str, object]]]:
         thread.join(10)
 
 
-def run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hyperhive", *args],
-        check=False,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env={
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HIVE_STATE_DIR": str(tmp_path / "state"),
-            "HIVE_WORKDIR": str(tmp_path),
-            **env,
-        },
-    )
-    # Lines look like `import time:       123 |        456 |     package.module`.
-    modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    return proc, modules
-
-
 def forbidden(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+    return matching(modules, FORBIDDEN)
 
 
 def state_dir(tmp_path: Path) -> Path:
@@ -116,7 +93,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 def test_send_to_a_running_service_imports_no_event_loop_store_or_pydantic(tmp_path: Path) -> None:
     with fake_service(state_dir(tmp_path)) as seen:
-        proc, modules = run(tmp_path, "send", "hello")
+        proc, modules = run_hyperhive(tmp_path, "send", "hello")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == "wake 7 sent\n"
     assert seen[0]["op"] == "send" and seen[0]["body"] == "hello" and seen[0]["from"] == "operator"
@@ -128,7 +105,7 @@ def test_send_to_a_running_service_imports_no_event_loop_store_or_pydantic(tmp_p
 
 def test_status_of_a_running_service_imports_no_event_loop_store_or_pydantic(tmp_path: Path) -> None:
     with fake_service(state_dir(tmp_path)) as seen:
-        proc, modules = run(tmp_path, "status")
+        proc, modules = run_hyperhive(tmp_path, "status")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("service:  running (pid 1, hyperhive 0.1.0, up 3 s)\n")
     assert [r["op"] for r in seen] == ["status"]
@@ -136,7 +113,7 @@ def test_status_of_a_running_service_imports_no_event_loop_store_or_pydantic(tmp
 
 
 def test_send_help_imports_none_of_it_either(tmp_path: Path) -> None:
-    proc, modules = run(tmp_path, "send", "--help")
+    proc, modules = run_hyperhive(tmp_path, "send", "--help")
     assert proc.returncode == 0 and "--from" in proc.stdout
     assert "hyperhive.config" not in modules  # the configuration is read by the command, not for its help
     assert forbidden(modules) == []
@@ -146,7 +123,7 @@ def test_send_ignores_a_broken_hive_mcp_servers_which_it_never_uses(tmp_path: Pa
     servers = tmp_path / "servers.json"
     servers.write_text(json.dumps({"mcpServers": {"x": {"command": 7}}}))
     with fake_service(state_dir(tmp_path)):
-        proc, modules = run(tmp_path, "send", "hello", HIVE_MCP_SERVERS=str(servers))
+        proc, modules = run_hyperhive(tmp_path, "send", "hello", HIVE_MCP_SERVERS=str(servers))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert forbidden(modules) == []
 
@@ -154,7 +131,7 @@ def test_send_ignores_a_broken_hive_mcp_servers_which_it_never_uses(tmp_path: Pa
 def test_the_guard_sees_the_fallback_open_the_store(tmp_path: Path) -> None:
     """The guard can fail: with no service, `send` stores the wake itself, through the store (sqlite3)."""
     state_dir(tmp_path)
-    proc, modules = run(tmp_path, "send", "hello")
+    proc, modules = run_hyperhive(tmp_path, "send", "hello")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the service is not running" in proc.stdout
     assert {"sqlite3", "hyperhive.store"} <= set(forbidden(modules))
