@@ -16,8 +16,31 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# Offline, single-user (root, no daemon), no binary cache probes: reference/nix-offline.md 1.2.
-NIX_CONFIG = "experimental-features = nix-command flakes\nsandbox = false\nsubstituters =\nwarn-dirty = false"
+# Offline, single-user (root, no daemon), no binary cache probes: reference/nix-offline.md 1.2. No evaluation
+# cache: Nix 2.8's, filled for a flake source it has not seen, answered a later `nix eval` of another output
+# with "attribute 'packages.x86_64-linux.devShells' is unexpectedly missing" (every first run of a new tree).
+NIX_CONFIG = "\n".join(
+    [
+        "experimental-features = nix-command flakes",
+        "sandbox = false",
+        "substituters =",
+        "warn-dirty = false",
+        "eval-cache = false",
+    ]
+)
+
+# The flake's checks for each system: the Python suite and one VM test per behaviour (nix/tests/default.nix).
+FLAKE_CHECKS = [
+    "pytest",
+    "vm-acp-demo-starts",
+    "vm-claude-standin",
+    "vm-dynamic-user",
+    "vm-restart-interrupts-tasks",
+    "vm-secrets",
+    "vm-send-produces-turn",
+    "vm-static-user",
+    "vm-task-wake-arrives",
+]
 
 
 class NixError(Exception):
