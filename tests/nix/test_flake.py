@@ -13,22 +13,20 @@ from typing import Any
 
 import pytest
 
-from tests.nix.nixtool import REPO, NixError, instantiate, nix_env, nixpkgs_lib, requires_lib, requires_nix
+from tests.nix.nixtool import (
+    FLAKE_CHECKS,
+    REPO,
+    NixError,
+    instantiate,
+    nix_env,
+    nixpkgs_lib,
+    requires_lib,
+    requires_nix,
+)
 
 pytestmark = [requires_nix, requires_lib]
 
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
-CHECKS = [
-    "pytest",
-    "vm-acp-demo-starts",
-    "vm-claude-standin",
-    "vm-dynamic-user",
-    "vm-restart-interrupts-tasks",
-    "vm-secrets",
-    "vm-send-produces-turn",
-    "vm-static-user",
-    "vm-task-wake-arrives",
-]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +83,7 @@ def test_flake_check_passes_without_building(flake: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_outputs_exist_for_each_system(flake: tuple[Path, Path], system: str) -> None:
     names = "x: builtins.attrNames x"
-    assert nix_eval(flake, f"checks.{system}", names) == CHECKS
+    assert nix_eval(flake, f"checks.{system}", names) == FLAKE_CHECKS
     assert nix_eval(flake, f"packages.{system}", names) == ["default", "hyperhive"]
     assert nix_eval(flake, f"devShells.{system}", names) == ["default"]
     assert nix_eval(flake, f"formatter.{system}.name") == "nixfmt-tree"
@@ -250,7 +248,7 @@ def test_lock_pins_nixos_26_05(flake: tuple[Path, Path]) -> None:
     assert locked["rev"] == "b51242d7d43689db2f3be91bd05d5b24fbb469c4"
 
 
-@pytest.mark.parametrize("check", [c for c in CHECKS if c.startswith("vm-")])
+@pytest.mark.parametrize("check", [c for c in FLAKE_CHECKS if c.startswith("vm-")])
 def test_vm_test_scripts_are_python_that_compiles(flake: tuple[Path, Path], check: str) -> None:
     """The NixOS test driver runs testScript as Python: the assembled script (prelude, start, the
     behaviour's own lines, spliced by Nix's indented strings) must at least compile."""
