@@ -18,7 +18,6 @@ Results: a markdown table on stdout and in benchmarks/harness_results.md (+ .jso
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import signal
@@ -34,7 +33,7 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from measure import cpu_seconds, machine, median, p90
+from measure import cpu_seconds, median, p90, table_report
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "acp_stream_agent.py"
@@ -232,16 +231,8 @@ def report(r: dict[str, Any], argv: list[str]) -> str:
             "batched (32 a turn)",
         ),
     ]
-    lines = [
-        f"# harness benchmark ({dt.date.today()})",
-        "",
-        f"Machine: {json.dumps(machine())}. Command: `{' '.join(argv)}`.",
-        "",
-        "| measure | result | target |",
-        "|---|---|---|",
-        *[f"| {a} | {b} | {c} |" for a, b, c in rows],
-    ]
-    return "\n".join(lines) + "\n"
+    columns = ["measure", "result", "target"]
+    return table_report("harness benchmark", argv, "", columns, [f"| {a} | {b} | {c} |" for a, b, c in rows])
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
 import os
 import platform
@@ -48,3 +50,21 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(int(mem.group(1)) / (1 << 20), 1) if mem else None,
         "kernel": platform.release(),
     }
+
+
+def table_report(title: str, argv: list[str], note: str, columns: list[str], rows: list[str]) -> str:
+    """A results file: title and date, the machine and the command (then `note`), a Markdown table."""
+    return (
+        "\n".join(
+            [
+                f"# {title} ({dt.date.today()})",
+                "",
+                f"Machine: {json.dumps(machine())}. Command: `{' '.join(argv)}`.{note}",
+                "",
+                "| " + " | ".join(columns) + " |",
+                "|" + "---|" * len(columns),
+                *rows,
+            ]
+        )
+        + "\n"
+    )

@@ -21,7 +21,6 @@ where the floor is about 8 ms.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import random
@@ -36,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from measure import machine, median, p90
+from measure import median, p90, table_report
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -148,17 +147,9 @@ def report(r: dict[str, Any], argv: list[str]) -> str:
         for name in sorted(r["wall_s"], key=lambda n: (n != "floor", n))
     ]
     (l1, _, _), (l2, _, _) = r["load"]
-    lines = [
-        f"# send benchmark ({dt.date.today()})",
-        "",
-        f"Machine: {json.dumps(machine())}. Command: `{' '.join(argv)}`. {r['rounds']} rounds; "
-        f"load average {l1:.2f} before, {l2:.2f} after.",
-        "",
-        "| command | wall, median (p90) | above the floor | CPU, median |",
-        "|---|---|---|---|",
-        *rows,
-    ]
-    return "\n".join(lines) + "\n"
+    note = f" {r['rounds']} rounds; load average {l1:.2f} before, {l2:.2f} after."
+    columns = ["command", "wall, median (p90)", "above the floor", "CPU, median"]
+    return table_report("send benchmark", argv, note, columns, rows)
 
 
 if __name__ == "__main__":
