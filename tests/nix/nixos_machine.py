@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.nix import toolbox
+from tests.nix.driver_lint import pythonize_name
 from tests.nix.rig import RIG_VENV, Container
 from tests.nix.unit_file import to_service_file
 from tests.nix.vm_tests import Node, StubPackage
@@ -77,6 +78,16 @@ def _fake_store_path(name: str, content: str) -> str:
     digest = hashlib.sha256(content.encode()).hexdigest()
     alphabet = "0123456789abcdfghijklmnpqrsvwxyz"
     return "/nix/store/" + "".join(alphabet[int(c, 16) % 32] for c in digest[:32]) + f"-{name}"
+
+
+def retry(fn: Callable[[bool], bool], timeout: int = 900, what: str = "action") -> None:
+    """The driver's retry(): once a second until `fn` holds; its last try is told it is the last."""
+    for _ in range(max(timeout, 1)):
+        if fn(False):
+            return
+        time.sleep(1)
+    if not fn(True):
+        raise MachineError(f"action timed out after {timeout} s: {what}")
 
 
 class NixosMachine:
@@ -280,38 +291,23 @@ class NixosMachine:
             output += out
         return output
 
-    def _retry(self, what: str, attempt: Callable[[bool], bool], timeout: int) -> None:
-        """The driver's retry(): once a second until it holds; the last try is told it is the last."""
-        for _ in range(max(timeout, 1)):
-            if attempt(False):
-                return
-            time.sleep(1)
-        if not attempt(True):
-            raise MachineError(f"action timed out after {timeout} s: {what}")
+    def _wait_for_status(self, command: str, timeout: int, succeed: bool) -> str:
+        output = ""
+
+        def check(_: bool) -> bool:
+            nonlocal output
+            status, output = self.execute(command, timeout=timeout)
+            return (status == 0) == succeed
+
+        self.log(f"waiting for {'success' if succeed else 'failure'}: {command}")
+        retry(check, timeout, what=command)
+        return output
 
     def wait_until_succeeds(self, command: str, timeout: int = 900) -> str:
-        output = ""
-
-        def check(_: bool) -> bool:
-            nonlocal output
-            status, output = self.execute(command, timeout=timeout)
-            return status == 0
-
-        self.log(f"waiting for success: {command}")
-        self._retry(command, check, timeout)
-        return output
+        return self._wait_for_status(command, timeout, succeed=True)
 
     def wait_until_fails(self, command: str, timeout: int = 900) -> str:
-        output = ""
-
-        def check(_: bool) -> bool:
-            nonlocal output
-            status, output = self.execute(command, timeout=timeout)
-            return status != 0
-
-        self.log(f"waiting for failure: {command}")
-        self._retry(command, check, timeout)
-        return output
+        return self._wait_for_status(command, timeout, succeed=False)
 
     def systemctl(self, q: str, user: str | None = None) -> tuple[int, str]:
         if user is not None:
@@ -357,18 +353,19 @@ class NixosMachine:
             return state == "active"
 
         self.log(f"waiting for unit {unit}")
-        self._retry(f"unit {unit} active", check, timeout)
+        retry(check, timeout, what=f"unit {unit} active")
 
     def wait_for_file(self, filename: str, timeout: int = 900) -> None:
-        self._retry(f"file {filename}", lambda _: self.execute(f"test -e {shlex.quote(filename)}")[0] == 0, timeout)
+        probe = f"test -e {shlex.quote(filename)}"
+        retry(lambda _: self.execute(probe)[0] == 0, timeout, what=f"file {filename}")
 
     def wait_for_open_port(self, port: int, addr: str = "localhost", timeout: int = 900) -> None:
         probe = f"bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"
-        self._retry(f"port {port} open", lambda _: self.execute(probe)[0] == 0, timeout)
+        retry(lambda _: self.execute(probe)[0] == 0, timeout, what=f"port {port} open")
 
     def wait_for_closed_port(self, port: int, addr: str = "localhost", timeout: int = 900) -> None:
         probe = f"bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null"
-        self._retry(f"port {port} closed", lambda _: self.execute(probe)[0] != 0, timeout)
+        retry(lambda _: self.execute(probe)[0] != 0, timeout, what=f"port {port} closed")
 
     def start_job(self, jobname: str, user: str | None = None) -> tuple[int, str]:
         return self.systemctl(f"start {jobname}", user)
@@ -406,16 +403,8 @@ def driver_globals(machines: dict[str, NixosMachine], log: Callable[[str], None]
         log(f"subtest: {name}")
         yield
 
-    def retry(fn: Callable[[bool], bool], timeout: int = 900) -> None:
-        for _ in range(timeout):
-            if fn(False):
-                return
-            time.sleep(1)
-        if not fn(True):
-            raise MachineError(f"action timed out after {timeout} seconds")
-
     return {
-        **{name.replace("-", "_"): m for name, m in machines.items()},
+        **{pythonize_name(name): m for name, m in machines.items()},
         "machines": list(machines.values()),
         "start_all": start_all,
         "join_all": join_all,

@@ -7,15 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tests.nix.driver_lint import DRIVER_SYMBOLS, lint, machine_symbols, pythonize_name
-from tests.nix.nixtool import FLAKE_CHECKS, have_nix, nixpkgs_lib
-from tests.nix.vm_tests import VmTest, load_vm_tests
+from tests.nix.nixtool import FLAKE_CHECKS
+from tests.nix.vm_tests import VmTest, vm_tests_to_collect
 
-
-def _load() -> list[VmTest]:
-    return load_vm_tests() if have_nix() and nixpkgs_lib() is not None else []
-
-
-VM_TESTS = _load()
+VM_TESTS = vm_tests_to_collect()
 
 
 def test_every_vm_check_is_linted() -> None:

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.nix.nixtool import instantiate, nixpkgs_lib
+from tests.nix.nixtool import have_nix, instantiate, nixpkgs_lib
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,8 @@ def load_vm_tests() -> list[VmTest]:
         }
         tests.append(VmTest(name=raw["name"], script=raw["script"], nodes=nodes))
     return tests
+
+
+def vm_tests_to_collect() -> list[VmTest]:
+    """The VM tests, or none where Nix or nixpkgs' lib is missing (the tests then skip on their marks)."""
+    return load_vm_tests() if have_nix() and nixpkgs_lib() is not None else []
