@@ -24,7 +24,6 @@ cancellation (the end of a turn cut short by the service stopping).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.prompt import Prompt
 from hyperhive.harness.records import OutboxRow, QueueCounts, Records, TurnEnd, TurnRow
 from hyperhive.store import Store, TaskRow, WakeRow
+from hyperhive.worker import SerialWorker
 
 _T = TypeVar("_T")
 
@@ -73,9 +73,8 @@ class Inbox:
         self.feed = feed
         self.doorbell = Doorbell() if doorbell is None else doorbell
         self.path = writer.store.path
-        # Made on first use: a limiter belongs to the running event loop.
-        self._write_limiter: anyio.CapacityLimiter | None = None
-        self._read_limiter: anyio.CapacityLimiter | None = None
+        self._writing = SerialWorker()
+        self._reading = SerialWorker()
 
     @classmethod
     async def open(cls, path: Path, *, feed: LiveFeed) -> Inbox:
@@ -98,16 +97,10 @@ class Inbox:
         self.doorbell.close()
 
     async def _write(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
-        if self._write_limiter is None:
-            self._write_limiter = anyio.CapacityLimiter(1)
-        call = functools.partial(fn, *args, **kwargs)
-        return await anyio.to_thread.run_sync(call, limiter=self._write_limiter)
+        return await self._writing.run(fn, *args, **kwargs)
 
     async def _read(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
-        if self._read_limiter is None:
-            self._read_limiter = anyio.CapacityLimiter(1)
-        call = functools.partial(fn, *args, **kwargs)
-        return await anyio.to_thread.run_sync(call, limiter=self._read_limiter)
+        return await self._reading.run(fn, *args, **kwargs)
 
     # -- the doorbell --------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from hyperhive.store import Store, TaskRow, TaskStatus, describe_sqlite_error, p
 from hyperhive.tasks import cgroup as cgroup_mod
 from hyperhive.tasks.args import DEFAULT_WAIT, check_cmd, check_id, check_timeout, check_wait
 from hyperhive.tasks.output import Tail, last_lines, read_tail
+from hyperhive.worker import SerialWorker
 
 log = logging.getLogger("hyperhive.tasks")
 
@@ -200,7 +201,7 @@ class TaskEngine:
         self._ends: dict[int, _End] = {}
         self._unwritten: dict[int, TaskRow] = {}
         self._leftovers: dict[int, _Leftover] = {}
-        self._db_limiter: anyio.CapacityLimiter | None = None
+        self._db_worker = SerialWorker()
         self._read_store: Store | None = None
         self._tg: TaskGroup | None = None
         # How far the host has gone, forward only: stopping (it said so; nothing killed yet), then closing
@@ -497,10 +498,8 @@ class TaskEngine:
         A failure becomes `StoreUnavailable` naming the problem ("no space left in the state directory
         ..."), with `what` saying what it means for the caller.
         """
-        if self._db_limiter is None:
-            self._db_limiter = anyio.CapacityLimiter(1)
         try:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._db_limiter)
+            return await self._db_worker.run(fn, *args, **kwargs)
         except sqlite3.Error as exc:
             problem = describe_sqlite_error(exc, self.store.path)
             raise StoreUnavailable(f"{problem}{'; ' + what if what else ''}", path=str(self.store.path)) from exc
