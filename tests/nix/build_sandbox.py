@@ -119,38 +119,20 @@ class BuildResult:
 # --- what to build ------------------------------------------------------------------------------------
 
 
-def _nix32(digest: bytes) -> str:
-    """Nix's base-32 (as in store paths and .attr- file names)."""
-    alphabet = "0123456789abcdfghijklmnpqrsvwxyz"
-    out = []
-    for n in range((len(digest) * 8 - 1) // 5, -1, -1):
-        b, i = n * 5, n * 5 // 8
-        j = b % 8
-        c = digest[i] >> j
-        if i + 1 < len(digest):
-            c |= digest[i + 1] << (8 - j)
-        out.append(alphabet[c & 0x1F])
-    return "".join(out)
-
-
 def store_path(name: str, salt: str = "") -> str:
     """A made-up store path for something the emulation provides (stdenv's tools, its setup script)."""
-    return f"{STORE}/{_nix32(hashlib.sha256(f'emulated:{salt}:{name}'.encode()).digest()[:20])}-{name}"
+    from tests.nix.nixtool import made_up_store_path
+
+    return made_up_store_path(name, salt)
 
 
 def read_check(lib: Path, repo: Path = REPO) -> Derivation:
     """checks.pytest as nix/tests/pytest.nix declares it, evaluated with the stub nixpkgs from a copy of
     the tracked files (as a flake's source would be); its $src is copied into this machine's store."""
-    from tests.nix.nixtool import instantiate
+    from tests.nix.nixtool import copy_tracked, instantiate
 
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
-    ).stdout.decode()
     with tempfile.TemporaryDirectory(prefix="hyperhive-flake-") as tmp:
-        for rel in filter(None, listed.split("\0")):
-            if (repo / rel).is_file():
-                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(repo / rel, Path(tmp) / rel)
+        copy_tracked(Path(tmp), repo)
         raw = instantiate([f"{tmp}/tests/nix/pytest-check.nix", "--arg", "lib", f"import {lib}"])
     inputs = tuple(
         Input(i["name"], i["path"], None if i["pythonPackages"] is None else tuple(i["pythonPackages"]))
@@ -482,7 +464,9 @@ def prepare(drv: Derivation, venv: Path, work: Path) -> _Plan:
     default_builder = store_path("default-builder.sh")
     _under(root, default_builder).write_text("source $stdenv/setup\ngenericBuild\n")
     # passAsFile: the build command in a file in the build directory, its path in <attr>Path.
-    attr_file = f".attr-{_nix32(hashlib.sha256(b'buildCommand').digest())}"
+    from tests.nix.nixtool import nix32
+
+    attr_file = f".attr-{nix32(hashlib.sha256(b'buildCommand').digest())}"
     (build_dir / attr_file).write_text(drv.build_command)
     os.chown(build_dir / attr_file, HOST_UID, HOST_GID)
     env = {

@@ -24,7 +24,6 @@ What differs from a VM, by design: the kernel is the host's; the disk is an over
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shlex
@@ -37,6 +36,7 @@ from typing import Any
 
 from tests.nix import toolbox
 from tests.nix.driver_lint import pythonize_name
+from tests.nix.nixtool import made_up_store_path
 from tests.nix.rig import RIG_VENV, Container
 from tests.nix.unit_file import to_service_file
 from tests.nix.vm_tests import Node, StubPackage
@@ -72,12 +72,6 @@ SHELL_PATH = "/run/wrappers/bin:/run/current-system/sw/bin"
 
 class MachineError(Exception):
     """What the driver raises when a command or a wait fails; the message says which and why."""
-
-
-def _fake_store_path(name: str, content: str) -> str:
-    digest = hashlib.sha256(content.encode()).hexdigest()
-    alphabet = "0123456789abcdfghijklmnpqrsvwxyz"
-    return "/nix/store/" + "".join(alphabet[int(c, 16) % 32] for c in digest[:32]) + f"-{name}"
 
 
 def retry(fn: Callable[[bool], bool], timeout: int = 900, what: str = "action") -> None:
@@ -165,7 +159,7 @@ class NixosMachine:
 
     def _make_profile(self) -> str:
         """/run/current-system's target: sw/bin holds systemPackages first, then the core packages."""
-        profile = _fake_store_path("nixos-system-emulated", repr(self.node))
+        profile = made_up_store_path("nixos-system-emulated", repr(self.node))
         bindir = self._host(profile) / "sw" / "bin"
         bindir.mkdir(parents=True, exist_ok=True)
         for pkg in self.node.system_packages:

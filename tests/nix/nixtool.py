@@ -6,6 +6,7 @@ clone (`../shared/vendor/nixpkgs-lib/lib`, as CI lays it out) or on this machine
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -120,3 +121,34 @@ def eval_module(
         # Nix path literals: absolute, no quoting.
         args += ["--arg", "extraModules", "[ " + " ".join(str(m.resolve()) for m in modules) + " ]"]
     return instantiate(args)
+
+
+def copy_tracked(dest: Path, repo: Path = REPO) -> Path:
+    """The repository's files as a clone would have them (tracked and new, not ignored) copied to `dest`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (repo / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, dest / rel)
+    return dest
+
+
+def nix32(digest: bytes) -> str:
+    """Nix's base-32 (as in store paths and .attr- file names)."""
+    alphabet = "0123456789abcdfghijklmnpqrsvwxyz"
+    out = []
+    for n in range((len(digest) * 8 - 1) // 5, -1, -1):
+        b, i = n * 5, n * 5 // 8
+        j = b % 8
+        c = digest[i] >> j
+        if i + 1 < len(digest):
+            c |= digest[i + 1] << (8 - j)
+        out.append(alphabet[c & 0x1F])
+    return "".join(out)
+
+
+def made_up_store_path(name: str, salt: str = "") -> str:
+    """A store path, stable for (name, salt), for something an emulation provides rather than Nix builds."""
+    return f"/nix/store/{nix32(hashlib.sha256(f'emulated:{salt}:{name}'.encode()).digest()[:20])}-{name}"

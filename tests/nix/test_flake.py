@@ -17,6 +17,7 @@ from tests.nix.nixtool import (
     FLAKE_CHECKS,
     REPO,
     NixError,
+    copy_tracked,
     instantiate,
     nix_env,
     nixpkgs_lib,
@@ -33,18 +34,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 def flake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A copy of the repository's files (tracked and new, as a clone would have) and the stub."""
     root = tmp_path_factory.mktemp("flake")
-    listed = (
-        subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    src = root / "src"
-    for rel in filter(None, listed):
-        if (REPO / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, src / rel)
+    src = copy_tracked(root / "src")
     stub = root / "stub"
     shutil.copytree(Path(__file__).parent / "stub-nixpkgs", stub)
     lib = nixpkgs_lib()
