@@ -54,7 +54,8 @@ for line in sys.stdin:
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
 from hyperhive.harness.control import ControlClient  # noqa: E402
-from hyperhive.store import Store  # noqa: E402
+from hyperhive.store.database import Store  # noqa: E402
+from hyperhive.store.wakes import WakeTable  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -95,7 +96,7 @@ class Bench:
         return int(self.store.db.execute("SELECT COUNT(*) FROM turns WHERE outcome = 'running'").fetchone()[0])
 
     async def idle(self) -> None:
-        await until(lambda: not self.store.pending_wakes() and not self.running_turns(), poll=0.01)
+        await until(lambda: not WakeTable(self.store).waiting() and not self.running_turns(), poll=0.01)
 
     async def send_to_prompt(self, n: int) -> list[float]:
         out = []
@@ -166,7 +167,7 @@ class Bench:
             )
         t0 = time.perf_counter()
         await self.client.call("send", body="ring")  # the doorbell; this wake joins the queue
-        await until(lambda: not self.store.pending_wakes(), within=600, poll=0.05)
+        await until(lambda: not WakeTable(self.store).waiting(), within=600, poll=0.05)
         took = time.perf_counter() - t0
         turns = self.store.db.execute("SELECT COUNT(*) FROM turns").fetchone()[0] - turns_before
         return {"wakes": n + 1, "seconds": took, "turns": turns}

@@ -59,8 +59,9 @@ from measure import CLK_TCK, cpu_seconds, machine, median, p90, proc_stat_fields
 from hyperhive.config import Config
 from hyperhive.runtime.acp import AcpRuntime, Translator
 from hyperhive.runtime.acp.link import acp_mcp_servers
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "acp_stream_agent.py"
@@ -263,8 +264,8 @@ class Ours:
     def __init__(self, root: Path, stats: Path) -> None:
         self.stats = stats
         self.config = make_config(root, stats)
-        self.store = Store(self.config.db_path)
-        self.rt = AcpRuntime(self.config, self.store, start_timeout=SPAWN_TIMEOUT)
+        self.store = Store(self.config.state.db)
+        self.rt = AcpRuntime(self.config, Sessions(self.store), start_timeout=SPAWN_TIMEOUT)
         self.pid: int | None = None
 
     async def turn(self, prompt: str, sink: Any, limit: float) -> tuple[float, ResultLine]:

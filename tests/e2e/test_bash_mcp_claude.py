@@ -11,7 +11,9 @@ import anyio
 import pytest
 
 from hyperhive.procs.group import group_alive
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
+from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks.engine import TaskEngine
 from tests.e2e.agents import Run, claude_print, write_json
 from tests.e2e.fakes.fake_anthropic import FakeAnthropic
@@ -82,7 +84,7 @@ def test_claude_runs_a_command_through_mcp_bash_run(
     last_request = fake_anthropic.requests("/v1/messages")[-1]
     assert "hello-from-task" in json.dumps(last_request["messages"][-1])
     with Store(state / "hyperhive.db") as store:
-        (task,) = store.list_tasks()
+        (task,) = TaskTable(store).recent()
     assert (task.status, task.exit_code, task.cwd) == ("done", 0, str(workdir))
     assert (state / "harness" / "bash-tasks" / f"{task.id}.out").read_text() == f"hello-from-task\n{workdir}\n"
 
@@ -104,13 +106,13 @@ def test_background_task_started_by_claude_ends_interrupted_with_a_wake_when_its
 
     async def recover() -> None:
         with Store(state / "hyperhive.db") as store:
-            async with TaskEngine(store, state / "harness" / "bash-tasks", workdir):
+            async with TaskEngine(TaskTable(store), state / "harness" / "bash-tasks", workdir):
                 pass
 
     anyio.run(recover)
     with Store(state / "hyperhive.db") as store:
-        task = store.get_task(1)
-        wakes = [w.source for w in store.pending_wakes()]
+        task = TaskTable(store).get(1)
+        wakes = [w.source for w in WakeTable(store).waiting()]
     assert task.status == "interrupted"
     assert task.pid is not None and not group_alive(task.pid)
     assert wakes == ["bash-task-1"]

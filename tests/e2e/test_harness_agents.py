@@ -102,7 +102,7 @@ def replies(svc: Service) -> list[str]:
 
 
 def turns(svc: Service) -> list[dict[str, Any]]:
-    from hyperhive.store import Store
+    from hyperhive.store.database import Store
 
     with Store(svc.state / "hyperhive.db") as store:
         rows = store.db.execute("SELECT id, outcome, wake_ids, error FROM turns ORDER BY id").fetchall()
@@ -124,10 +124,11 @@ def test_a_background_task_wakes_the_agent_which_replies_to_the_operator(setup: 
         with_task = json.loads(svc.cli("status", "--json").stdout)
         assert with_task["queue"]["waiting"] == 0 and with_task["tasks"] == []
         # The second turn was started by the task's wake, not by the operator.
-        from hyperhive.store import Store
+        from hyperhive.store.database import Store
+        from hyperhive.store.wakes import WakeTable
 
         with Store(svc.state / "hyperhive.db") as store:
-            sources = [store.get_wake(w).source for w in done[1]["wakes"]]
+            sources = [WakeTable(store).get(w).source for w in done[1]["wakes"]]
         assert len(sources) == 1 and sources[0].startswith("bash-task-")
         assert "mcp__hyperhive__reply" in svc.cli("tail", "--json").stdout
     finally:

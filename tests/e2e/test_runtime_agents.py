@@ -26,8 +26,9 @@ from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.errors import IdleTimeout, TurnError, TurnFailed
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 from tests.e2e import agents
 from tests.e2e.fakes import fake_anthropic, fake_gemini, fake_openai
 
@@ -53,7 +54,7 @@ class Agent:
     async def running(self, store: Store, **overrides: Any) -> AsyncIterator[Runtime]:
         """The runtime the harness would build, closed (agent stopped and reaped) whatever the test did."""
         config = self.config if not overrides else Config(**{**self.config.__dict__, **overrides})
-        runtime = make_runtime(config, store)
+        runtime = make_runtime(config, Sessions(store))
         try:
             yield runtime
         finally:
@@ -117,7 +118,7 @@ def agent(
 
 @pytest.fixture
 def store(agent: Agent) -> Iterator[Store]:
-    with Store(agent.config.db_path) as s:
+    with Store(agent.config.state.db) as s:
         yield s
 
 
@@ -197,7 +198,7 @@ async def test_cancel_mid_turn(agent: Agent, store: Store) -> None:
 async def test_restart_resumes_the_session(agent: Agent, store: Store, caplog: pytest.LogCaptureFixture) -> None:
     async with agent.running(store) as first:
         one, _ = await turn(first, "remember [[say:the-word-is-kumquat]]")
-    with Store(agent.config.db_path) as fresh_store:  # as a restarted harness would
+    with Store(agent.config.state.db) as fresh_store:  # as a restarted harness would
         async with agent.running(fresh_store) as second:
             two, _ = await turn(second, "what was the word? [[say:you said it]]")
     assert not two.is_error

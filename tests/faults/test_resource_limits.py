@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
+from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks.cgroup import cgroup2_mount
 from tests.faults.conftest import Record, soak
 from tests.unit.harness_service import Service, running_service, service_env, socket_answers, start_service
@@ -154,7 +156,7 @@ def test_ten_thousand_queued_wakes_drain_in_capped_batches_none_lost_or_twice(tm
         started = time.monotonic()
         with Peaks(service.proc.pid) as peaks:
             with Store(db) as store, store.transaction():
-                ids = [store.add_wake("load", body).id for body in bodies]
+                ids = [WakeTable(store).add("load", body).id for body in bodies]
             # One wake through the socket rings the loop (a store write from outside does not).
             rung = control(service.state, "send", body="the last one", **{"from": "operator"})
             assert rung["ok"], rung
@@ -449,8 +451,8 @@ def test_a_full_state_directory_is_named_and_held_back_writes_land_once_freed(tm
         def landed() -> bool:
             with Store(state / "hyperhive.db") as store:
                 turn2 = store.db.execute("SELECT outcome FROM turns WHERE id = 2").fetchall()
-                wake = store.get_wake(held)
-                row = store.get_task(task)
+                wake = WakeTable(store).get(held)
+                row = TaskTable(store).get(task)
                 task_wake = store.db.execute(
                     "SELECT delivered_at FROM wakes WHERE source = ?", (f"bash-task-{task}",)
                 ).fetchall()
@@ -620,7 +622,7 @@ def test_with_a_delegated_cgroup_nothing_a_task_started_survives_kill_timeout_or
         survivors = {m: {k: v for k, v in escapees(m).items() if v} for m in (kill_marker, timeout_marker, stop_marker)}
         assert not any(survivors.values()), survivors
         with Store(service.state / "hyperhive.db") as store:
-            assert [store.get_task(t).status for t in (killed, timed, stopped)] == [
+            assert [TaskTable(store).get(t).status for t in (killed, timed, stopped)] == [
                 "killed",
                 "timed_out",
                 "interrupted",
@@ -652,7 +654,7 @@ def test_without_a_cgroup_exactly_what_left_the_group_survives(tmp_path: Path, r
             assert task_status(service.state, timed, wait=15)["status"] == "timed_out"
             assert service.stop() == 0
             with Store(service.state / "hyperhive.db") as store:
-                statuses = [store.get_task(t).status for t in (killed, timed, stopped)]
+                statuses = [TaskTable(store).get(t).status for t in (killed, timed, stopped)]
             assert statuses == ["killed", "timed_out", "interrupted"]
             left = {m: escapees(m) for m in (kill_marker, timeout_marker, stop_marker)}
             survivors = [pid for kinds in left.values() for pids in kinds.values() for pid in pids]
@@ -712,7 +714,7 @@ def test_a_restart_on_a_full_state_directory_exits_3_naming_it_then_recovers_onc
 
             def delivered() -> bool:
                 with Store(state / "hyperhive.db") as store:
-                    return store.get_wake(held).delivered_at is not None
+                    return WakeTable(store).get(held).delivered_at is not None
 
             second.wait_for("the carried wake", delivered)
             with Store(state / "hyperhive.db") as store:

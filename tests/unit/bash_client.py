@@ -62,7 +62,8 @@ async def bash_server(state_dir: Path, workdir: Path, **env: str) -> AsyncIterat
 
 def pending_wakes(state_dir: Path) -> list[dict[str, Any]]:
     """Read the wakes straight from the database, as another process would."""
-    from hyperhive.store import Store
+    from hyperhive.store.database import Store
+    from hyperhive.store.wakes import WakeTable
 
     with Store(state_dir / "hyperhive.db") as store:
-        return [json.loads(json.dumps(w.__dict__)) for w in store.pending_wakes()]
+        return [json.loads(json.dumps(w.__dict__)) for w in WakeTable(store).waiting()]

@@ -20,8 +20,9 @@ from hyperhive.config import Config
 from hyperhive.runtime.acp import AcpRuntime, PermissionPolicy
 from hyperhive.runtime.base import ListSink
 from hyperhive.runtime.errors import TurnError
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, StreamLine, TextBlock, UserLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 
 AGENT = Path(__file__).with_name("fake_acp_agent.py")
 E = TypeVar("E", bound=TurnError)
@@ -102,10 +103,15 @@ async def acp_runtime(
     **config: Any,
 ) -> AsyncIterator[Harness]:
     cfg = make_config(tmp_path, *agent_flags, **config)
-    store = Store(cfg.db_path)
+    store = Store(cfg.state.db)
     extra = {} if max_line_bytes is None else {"max_line_bytes": max_line_bytes}
     runtime = AcpRuntime(
-        cfg, store, permission_policy=policy, start_timeout=start_timeout, shutdown_grace=shutdown_grace, **extra
+        cfg,
+        Sessions(store),
+        permission_policy=policy,
+        start_timeout=start_timeout,
+        shutdown_grace=shutdown_grace,
+        **extra,
     )
     harness = Harness(runtime, store, cfg)
     try:

@@ -14,6 +14,7 @@ from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
 from hyperhive.runtime.acp import AcpRuntime
 from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.errors import Unsupported
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import (
     AssistantLine,
     ContextUsage,
@@ -25,7 +26,8 @@ from hyperhive.runtime.stream import (
     ToolUseBlock,
     UserLine,
 )
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.sessions import SessionTable
 from tests.unit.test_acp_harness import acp_runtime, kinds, make_config, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -146,8 +148,8 @@ async def test_updates_sent_after_the_answer_belong_to_no_turn(tmp_path: Path) -
 
 async def test_acp_runtime_is_a_runtime(tmp_path: Path) -> None:
     cfg = make_config(tmp_path)
-    with Store(cfg.db_path) as store:
-        runtime: Runtime = AcpRuntime(cfg, store)
+    with Store(cfg.state.db) as store:
+        runtime: Runtime = AcpRuntime(cfg, Sessions(store))
         assert runtime.name == "acp"
         with pytest.raises(Unsupported):
             await runtime.compact()
@@ -243,14 +245,14 @@ async def test_new_session_is_recorded_only_once_its_first_prompt_is_answered(tm
     class Probe(ListSink):
         async def emit(self, line: StreamLine) -> None:
             if isinstance(line, SystemLine):
-                seen_at_init.append(h.store.current_session(h.runtime.session_key))
+                seen_at_init.append(SessionTable(h.store).current(h.runtime.session_key))
             await super().emit(line)
 
     async with acp_runtime(tmp_path) as h:
         assert h.runtime.session_key == f"acp:{sys.executable}"
         result = await h.runtime.run("say:x", Probe())
         assert seen_at_init == [None]
-        assert h.store.current_session(h.runtime.session_key) == result.session_id
+        assert SessionTable(h.store).current(h.runtime.session_key) == result.session_id
 
 
 async def test_recorded_session_is_loaded_by_a_new_agent_and_its_replay_is_not_reported(tmp_path: Path) -> None:
@@ -269,9 +271,9 @@ async def test_recorded_session_is_loaded_by_a_new_agent_and_its_replay_is_not_r
 
 async def test_failed_load_falls_back_to_a_new_session(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with acp_runtime(tmp_path) as h:
-        h.store.record_session(h.runtime.session_key, "sess-unknown")
+        SessionTable(h.store).record(h.runtime.session_key, "sess-unknown")
         result, _ = await h.turn("say:x")
-        assert h.store.current_session(h.runtime.session_key) == result.session_id
+        assert SessionTable(h.store).current(h.runtime.session_key) == result.session_id
     assert [c["session_id"] for c in h.calls("session/load")] == ["sess-unknown"]
     assert len(h.calls("session/new")) == 1
     assert result.session_id != "sess-unknown"
@@ -292,9 +294,9 @@ async def test_archive_forgets_the_session_but_keeps_the_agent(tmp_path: Path) -
     async with acp_runtime(tmp_path, "--close") as h:
         first, _ = await h.turn("say:one")
         await h.runtime.archive()
-        assert h.store.current_session(h.runtime.session_key) is None
+        assert SessionTable(h.store).current(h.runtime.session_key) is None
         second, _ = await h.turn("say:two")
-        assert h.store.current_session(h.runtime.session_key) == second.session_id
+        assert SessionTable(h.store).current(h.runtime.session_key) == second.session_id
     assert len(h.agent_pids()) == 1
     assert first.session_id != second.session_id
     assert [c["session_id"] for c in h.calls("session/close")][:1] == [first.session_id]

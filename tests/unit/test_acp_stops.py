@@ -24,8 +24,10 @@ from hyperhive.runtime.errors import (
     TurnError,
     TurnFailed,
 )
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.sessions import SessionTable
 from tests.unit.test_acp_harness import Harness, acp_runtime, alive, make_config, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -192,7 +194,7 @@ async def test_agent_dying_mid_turn_fails_the_turn_with_its_exit_code_and_stderr
         grandchild = h.grandchild()
         assert grandchild is not None and not alive(grandchild)
         # Its first prompt never answered, the new session was not recorded: the next agent starts afresh.
-        assert h.store.current_session(h.runtime.session_key) is None
+        assert SessionTable(h.store).current(h.runtime.session_key) is None
         after, _ = await h.turn("say:after")
     assert after.result == "after"
     assert len(h.agent_pids()) == 2
@@ -433,8 +435,8 @@ async def test_run_cancelled_from_outside_kills_the_agent(tmp_path: Path) -> Non
 
 async def test_runtime_needs_an_agent_command(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, acp_command=None)
-    with Store(cfg.db_path) as store, pytest.raises(AgentRefused, match="HIVE_ACP_COMMAND"):
-        AcpRuntime(cfg, store)
+    with Store(cfg.state.db) as store, pytest.raises(AgentRefused, match="HIVE_ACP_COMMAND"):
+        AcpRuntime(cfg, Sessions(store))
 
 
 async def test_run_after_aclose_is_refused(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import pytest
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine, SystemLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import WakeTable
 from tests.unit.test_harness_loop import FakeRuntime, running_loop, until
 
 pytestmark = pytest.mark.anyio
@@ -49,7 +50,7 @@ async def test_a_turn_costs_its_wakes_an_attempt_only_once_the_agent_starts_on_i
             await runtime.started.wait()
         # This is what a kill -9 at this instant leaves in the store.
         with Store(tmp_path / "hyperhive.db") as other:
-            assert other.get_wake(wake.id).attempts == attempts
+            assert WakeTable(other).get(wake.id).attempts == attempts
             (outcome,) = other.db.execute("SELECT outcome FROM turns").fetchone()
             assert outcome == "running"
 
@@ -69,4 +70,4 @@ async def test_a_turn_that_fails_before_the_agent_starts_still_counts(tmp_path: 
     async with running_loop(tmp_path, runtime) as (loop, records):
         wake = records.add_wake("operator", "hello")
         loop.inbox.wake_committed()
-        await until(lambda: records.store.get_wake(wake.id).attempts >= 2)
+        await until(lambda: WakeTable(records.store).get(wake.id).attempts >= 2)

@@ -11,7 +11,8 @@ import pytest
 from mcp.shared.exceptions import McpError
 
 from hyperhive.procs.group import group_alive
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from tests.unit.bash_client import bash_server, pending_wakes
 
 pytestmark = pytest.mark.anyio
@@ -87,7 +88,7 @@ async def test_timeout_kills_the_whole_process_group(dirs: tuple[Path, Path]) ->
     assert data["status"] == "timed_out"
     assert data["signal"] == signal.SIGTERM
     with Store(state / "hyperhive.db") as store:
-        pgid = store.get_task(data["id"]).pid
+        pgid = TaskTable(store).get(data["id"]).pid
     assert pgid is not None
     assert not group_alive(pgid)
 
@@ -103,7 +104,7 @@ async def test_kill_stops_the_group_and_reports_nothing_survived(dirs: tuple[Pat
         again, _ = await bash.ok("kill", id=data["id"])
         assert "already ended" in again
     with Store(state / "hyperhive.db") as store:
-        pgid = store.get_task(data["id"]).pid
+        pgid = TaskTable(store).get(data["id"]).pid
     assert pgid is not None and not group_alive(pgid)
 
 
@@ -208,7 +209,7 @@ async def test_server_exit_kills_its_tasks_and_marks_them_interrupted(dirs: tupl
     async with bash_server(state, work) as bash:
         _, data = await bash.ok("run", cmd="sleep 300 & sleep 300", wait_seconds=0)
     with Store(state / "hyperhive.db") as store:
-        row = store.get_task(data["id"])
+        row = TaskTable(store).get(data["id"])
     assert row.status == "interrupted"
     assert row.pid is not None and not group_alive(row.pid)
     (body,) = wakes_for(state, data["id"])
@@ -220,7 +221,7 @@ async def test_restart_after_a_crash_marks_running_tasks_interrupted_with_a_wake
     async with bash_server(state, work) as bash:
         _, data = await bash.ok("run", cmd="sleep 300", wait_seconds=0)
         with Store(state / "hyperhive.db") as store:
-            row = store.get_task(data["id"])
+            row = TaskTable(store).get(data["id"])
         # A crash: the server dies without cleaning up, leaving its task's group behind.
         os.kill(row.owner_pid, signal.SIGKILL)
         await anyio.sleep(0.2)

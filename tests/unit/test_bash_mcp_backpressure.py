@@ -19,7 +19,8 @@ import pytest
 from hyperhive.bash_mcp import jsonrpc
 from hyperhive.bash_mcp.jsonrpc import StdioServer
 from hyperhive.mcp_tool import Tool, ToolResult
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
 from tests.unit.fake_control import BIG
@@ -41,7 +42,7 @@ async def big(args: dict[str, Any]) -> ToolResult:
 @asynccontextmanager
 async def bash_with_big_answers(tmp_path: Path) -> AsyncIterator[tuple[StdioServer, PipeClient, Store]]:
     with Store(tmp_path / "hyperhive.db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine:
             server = StdioServer("bash", "0", [*build_tools(engine), Tool("big", "", {"type": "object"}, big)])
             async with serving(server) as client:
                 yield server, client, store
@@ -57,9 +58,9 @@ async def test_client_that_stops_reading_leaves_task_timeouts_on_time_and_gets_e
         for n in range(100):  # 25 MiB of answers, against a 64 KiB pipe and a 1 MiB outbox: nobody reads
             await client.call(n, "big")
         with anyio.fail_after(20):
-            while not store.get_task(task_id).final:
+            while not TaskTable(store).get(task_id).final:
                 await anyio.sleep(0.05)
-        assert store.get_task(task_id).status == "timed_out"
+        assert TaskTable(store).get(task_id).status == "timed_out"
         # Most answers are still waiting to be written: the supervision above went on regardless.
         assert len(server._inflight) > 50
         assert server._outbox._bytes <= jsonrpc.MAX_QUEUED_BYTES + BIG + 1024

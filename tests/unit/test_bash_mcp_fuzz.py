@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from hyperhive import jsontext
 from hyperhive.bash_mcp.jsonrpc import StdioServer
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
 from tests.unit.rpc_pipe import BACKENDS, RESULT_TYPES, Backend, PipeClient, Server, backend_of, check_response, serving
@@ -228,7 +229,7 @@ async def call_tools(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, 
         root = Path(tmp)
         with Store(root / "hyperhive.db") as store:
             async with (
-                TaskEngine(store, root / "tasks", root, kill_grace=0.2) as engine,
+                TaskEngine(TaskTable(store), root / "tasks", root, kill_grace=0.2) as engine,
                 serving(StdioServer("bash", "0", build_tools(engine))) as client,
             ):
                 answers = []

@@ -74,12 +74,13 @@ def forwarding_forbidden(modules: set[str]) -> list[str]:
 def test_the_forwarding_bash_mcp_imports_no_asyncio_anyio_engine_or_store(tmp_path: Path, told: bool) -> None:
     """Under the harness the per-turn server only lists the tools and forwards calls, on threads."""
     from hyperhive.control.lock import ServiceLock
+    from hyperhive.statedir import StateDir
 
     state = tmp_path / "state"
     state.mkdir()
     env = {"HIVE_SOCKET": str(state / "harness.sock")} if told else {}
     # Without HIVE_SOCKET the server forwards because a service holds the state directory: this test does.
-    with ServiceLock(state):
+    with ServiceLock(StateDir(state).lock):
         modules = imported_modules(tmp_path, "bash-mcp", **env)
     assert "hyperhive.bash_mcp.forward" in modules
     assert forwarding_forbidden(modules) == []

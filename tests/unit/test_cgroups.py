@@ -14,7 +14,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks import cgroup
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, view_dict
@@ -89,7 +90,7 @@ async def wait_pids(work: Path) -> list[int]:
 async def test_setsid_escape_survives_a_process_group_kill(tmp_path: Path) -> None:
     """The limit of process groups, pinned so the docs stay true (and cleaned up here)."""
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off", kill_grace=0.5) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off", kill_grace=0.5) as engine:
             tid = (await engine.run(ESCAPES + "sleep 1000", wait_seconds=0)).view.row.id
             escaped, forked = await wait_pids(tmp_path)
             try:
@@ -105,7 +106,7 @@ async def test_setsid_escape_survives_a_process_group_kill(tmp_path: Path) -> No
 @needs_cgroups
 async def test_cgroup_kill_reaches_setsid_escapes_and_double_forks(tmp_path: Path, parent: Path) -> None:
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup=parent, kill_grace=0.5) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup=parent, kill_grace=0.5) as engine:
             tid = (await engine.run(ESCAPES + "sleep 1000", wait_seconds=0)).view.row.id
             escaped, forked = await wait_pids(tmp_path)
             assert cgroup.own_cgroup(escaped) == f"/{parent.relative_to(MOUNT)}/task-{tid}"  # type: ignore[arg-type]
@@ -119,7 +120,7 @@ async def test_cgroup_kill_reaches_setsid_escapes_and_double_forks(tmp_path: Pat
 @needs_cgroups
 async def test_timeout_and_leftovers_in_a_cgroup(tmp_path: Path, parent: Path) -> None:
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup=parent, kill_grace=0.5) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup=parent, kill_grace=0.5) as engine:
             timed = await engine.run(ESCAPES + "sleep 1000", timeout_secs=1, wait_seconds=0)
             escaped, forked = await wait_pids(tmp_path)
             view = await engine.status(timed.view.row.id, wait_seconds=20)
@@ -141,14 +142,14 @@ async def test_timeout_and_leftovers_in_a_cgroup(tmp_path: Path, parent: Path) -
 @needs_cgroups
 async def test_status_reports_cpu_time_and_empty_cgroups_are_removed(tmp_path: Path, parent: Path) -> None:
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup=parent) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup=parent) as engine:
             busy = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo $i"
             result = await engine.run(busy, wait_seconds=30)
             assert result.view.row.status == "done"
             data = view_dict(await engine.status(result.view.row.id))
             assert data["cpu_secs"] is not None and data["cpu_secs"] > 0
             assert not (parent / f"task-{result.view.row.id}").exists()
-        assert store.get_task(result.view.row.id).cpu_usec  # kept in the store once the cgroup is gone
+        assert TaskTable(store).get(result.view.row.id).cpu_usec  # kept in the store once the cgroup is gone
 
 
 @needs_cgroups

@@ -23,6 +23,7 @@ from hyperhive.runtime import claude_process, make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.claude import ClaudeRuntime
 from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnFailed
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import (
     AssistantLine,
     ContextUsage,
@@ -33,7 +34,8 @@ from hyperhive.runtime.stream import (
     dump_line,
     text_of,
 )
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.sessions import SessionTable
 from tests.unit import fake_claude
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +63,7 @@ class Env:
         return Config(**values)
 
     def runtime(self, **overrides: Any) -> ClaudeRuntime:
-        return ClaudeRuntime(self.config(**overrides), self.store)
+        return ClaudeRuntime(self.config(**overrides), Sessions(self.store))
 
     def calls(self) -> list[dict[str, Any]]:
         return [r for r in fake_claude.read_log(self.log) if "argv" in r]
@@ -178,7 +180,7 @@ async def test_claude_runs_in_workdir_in_its_own_process_group_with_stdin_devnul
 async def test_session_from_the_stream_is_recorded_and_resumed_next_turn(env: Env) -> None:
     rt = env.runtime()
     first = await rt.run("one", ListSink())
-    assert first.session_id and env.store.current_session("claude") == first.session_id
+    assert first.session_id and SessionTable(env.store).current("claude") == first.session_id
     second = await rt.run("two", ListSink())
     assert second.session_id == first.session_id
     calls = env.calls()
@@ -197,7 +199,7 @@ async def test_archive_makes_the_next_turn_start_a_new_session(env: Env) -> None
     rt = env.runtime()
     first = await rt.run("one", ListSink())
     await rt.archive()
-    assert env.store.current_session("claude") is None
+    assert SessionTable(env.store).current("claude") is None
     second = await rt.run("two", ListSink())
     assert not any(a.startswith("--resume") for a in env.calls()[1]["argv"])
     assert second.session_id != first.session_id
@@ -206,14 +208,14 @@ async def test_archive_makes_the_next_turn_start_a_new_session(env: Env) -> None
 async def test_a_crash_before_any_result_does_not_record_the_new_session(env: Env) -> None:
     with pytest.raises(AgentExited):
         await env.runtime().run("[[crash:3]]", ListSink())
-    assert env.store.current_session("claude") is None
+    assert SessionTable(env.store).current("claude") is None
 
 
 async def test_an_error_result_still_records_the_session_claude_saved(env: Env) -> None:
     with pytest.raises(TurnFailed) as info:
         await env.runtime().run("[[error]]", ListSink())
     assert isinstance(info.value.result, ResultLine)
-    assert env.store.current_session("claude") == info.value.result.session_id
+    assert SessionTable(env.store).current("claude") == info.value.result.session_id
 
 
 # -- context usage -----------------------------------------------------------------------------------
@@ -393,7 +395,7 @@ async def test_interrupt_ends_the_turn_with_a_cancelled_result_that_is_returned(
     assert sink.lines[-1] is result
     assert [type(x) for x in sink.lines].count(ResultLine) == 1
     assert any(isinstance(x, UserLine) for x in sink.lines)  # claude's own "[Request interrupted by user]"
-    assert env.store.current_session("claude") == result.session_id
+    assert SessionTable(env.store).current("claude") == result.session_id
     assert_all_gone(env)
 
 
@@ -475,7 +477,7 @@ async def test_compact_without_a_session_runs_nothing(env: Env) -> None:
 
 
 async def test_compact_runs_slash_compact_on_the_recorded_session(env: Env) -> None:
-    env.store.record_session("claude", "sess-1")
+    SessionTable(env.store).record("claude", "sess-1")
     await env.runtime().compact()
     (call,) = env.calls()
     assert call["prompt"] == "/compact"
@@ -484,7 +486,7 @@ async def test_compact_runs_slash_compact_on_the_recorded_session(env: Env) -> N
 
 
 async def test_compact_that_fails_raises(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    env.store.record_session("claude", "sess-1")
+    SessionTable(env.store).record("claude", "sess-1")
     monkeypatch.setenv("FAKE_CLAUDE_DIRECTIVES", "[[error]]")
     with pytest.raises(TurnFailed):
         await env.runtime().compact()
@@ -535,10 +537,12 @@ def assert_kept(original: Any, out: Any, where: str) -> None:
 
 
 async def test_make_runtime_picks_the_configured_backend(env: Env) -> None:
-    assert isinstance(make_runtime(env.config(runtime="claude"), env.store), ClaudeRuntime)
+    assert isinstance(make_runtime(env.config(runtime="claude"), Sessions(env.store)), ClaudeRuntime)
     from hyperhive.runtime.acp import AcpRuntime
 
-    assert isinstance(make_runtime(env.config(runtime="acp", acp_command="some-agent"), env.store), AcpRuntime)
+    assert isinstance(
+        make_runtime(env.config(runtime="acp", acp_command="some-agent"), Sessions(env.store)), AcpRuntime
+    )
 
 
 def test_the_claude_backend_does_not_load_the_acp_sdk() -> None:

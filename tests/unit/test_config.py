@@ -12,6 +12,7 @@ import pytest
 from hyperhive.config import load_config
 from hyperhive.errors import ConfigError
 from hyperhive.mcp_servers import HttpServer, StdioServer
+from hyperhive.runtime.sessions import Sessions
 
 
 def test_defaults_need_no_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -20,8 +21,8 @@ def test_defaults_need_no_environment(tmp_path: Path, monkeypatch: pytest.Monkey
     assert config.runtime == "claude"
     assert config.state_dir == tmp_path / ".hyperhive"
     assert config.workdir == tmp_path
-    assert config.db_path == tmp_path / ".hyperhive" / "hyperhive.db"
-    assert config.tasks_dir == tmp_path / ".hyperhive" / "harness" / "bash-tasks"
+    assert config.state.db == tmp_path / ".hyperhive" / "hyperhive.db"
+    assert config.state.tasks == tmp_path / ".hyperhive" / "harness" / "bash-tasks"
 
 
 def test_state_directory_falls_back_to_systemd_state_directory(tmp_path: Path) -> None:
@@ -109,13 +110,13 @@ def test_acp_auth_method_set_blank_or_padded_is_refused(tmp_path: Path, raw: str
 def test_acp_start_timeout_defaults_to_60_s_reaches_the_runtime_and_is_validated(tmp_path: Path) -> None:
     from hyperhive.runtime import make_runtime
     from hyperhive.runtime.acp import AcpRuntime
-    from hyperhive.store import Store
+    from hyperhive.store.database import Store
 
     assert load_config({"HIVE_WORKDIR": str(tmp_path)}).acp_start_timeout == 60
     env = {"HIVE_WORKDIR": str(tmp_path), "HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": "agent"}
     config = load_config({**env, "HIVE_ACP_START_TIMEOUT": "2.5"})
     with Store(tmp_path / "db") as store:
-        runtime = make_runtime(config, store)
+        runtime = make_runtime(config, Sessions(store))
         assert isinstance(runtime, AcpRuntime) and runtime.start_timeout == 2.5
     with pytest.raises(ConfigError) as err:
         load_config({**env, "HIVE_ACP_START_TIMEOUT": "0"})

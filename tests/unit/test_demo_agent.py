@@ -22,8 +22,9 @@ from hyperhive.demo_agent import DEMO_COMMAND, Wake, last_output_line, parse_wak
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
 from hyperhive.runtime.acp import AcpRuntime
 from hyperhive.runtime.base import ListSink
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, StreamLine, ToolResultBlock, ToolUseBlock, UserLine
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 from tests.unit.test_acp_harness import alive, kinds, texts
 
 TOKEN = "demo-test-token"
@@ -172,8 +173,8 @@ async def demo_runtime(
     tmp_path: Path, tools: HiveTools | None, *agent_args: str, config: Config | None = None
 ) -> AsyncIterator[Demo]:
     config = config or demo_config(tmp_path, tools, *agent_args)
-    store = Store(config.db_path)
-    demo = Demo(AcpRuntime(config, store, start_timeout=30.0), config, store, tools)
+    store = Store(config.state.db)
+    demo = Demo(AcpRuntime(config, Sessions(store), start_timeout=30.0), config, store, tools)
     try:
         yield demo
     finally:

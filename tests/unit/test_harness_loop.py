@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-import hyperhive.store
+import hyperhive.store.wakes
 from hyperhive.harness import loop as loop_module
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
@@ -24,7 +24,8 @@ from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, TurnError, Unsupported
 from hyperhive.runtime.stream import ContextUsage, ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import WakeTable
 
 pytestmark = pytest.mark.anyio
 
@@ -128,7 +129,7 @@ async def test_a_wake_becomes_one_turn_and_is_delivered_once_answered(tmp_path: 
         assert "from operator" in runtime.prompts[0]
         turn = records.last_turn()
         assert turn is not None and turn.outcome == "answered" and turn.wakes == [wake.id]
-        row = records.store.get_wake(wake.id)
+        row = WakeTable(records.store).get(wake.id)
         assert row.delivered_at is not None and row.turn_id == turn.id and row.attempts == 1
     assert len(runtime.prompts) == 1
 
@@ -146,9 +147,9 @@ async def test_a_failed_turn_leaves_its_wake_waiting_then_a_later_turn_delivers_
     async with running_loop(tmp_path, runtime) as (loop, records):
         wake = records.add_wake("operator", "retry me")
         loop.inbox.wake_committed()
-        await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
+        await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
         assert len(runtime.prompts) == 2
-        row = records.store.get_wake(wake.id)
+        row = WakeTable(records.store).get(wake.id)
         assert row.attempts == 2
         first, second = records.db.execute("SELECT outcome FROM turns ORDER BY id").fetchall()
         assert (first[0], second[0]) == ("failed", "answered")
@@ -163,7 +164,7 @@ async def test_a_wake_whose_turns_keep_failing_is_set_aside_with_an_outbox_notic
     async with running_loop(tmp_path, runtime, policy) as (loop, records):
         wake = records.add_wake("operator", "doomed")
         loop.inbox.wake_committed()
-        await until(lambda: records.store.get_wake(wake.id).set_aside_at is not None)
+        await until(lambda: WakeTable(records.store).get(wake.id).set_aside_at is not None)
         assert len(runtime.prompts) == 3
         (notice,) = records.outbox_tail(5)
         assert notice.source == "harness" and str(wake.id) in notice.body and "set aside" in notice.body
@@ -182,7 +183,7 @@ async def test_a_burst_of_wakes_is_batched_up_to_the_cap_and_the_rest_waits(tmp_
     policy = LoopPolicy(max_wakes=10, backoff_base=0.01)
     store = Store(tmp_path / "hyperhive.db")
     for i in range(25):
-        store.add_wake("operator", f"message {i}")
+        WakeTable(store).add("operator", f"message {i}")
     store.close()
     async with running_loop(tmp_path, runtime, policy) as (_loop, records):
         await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 3)
@@ -200,17 +201,17 @@ async def test_each_turn_reads_only_its_batch_however_long_the_queue(
     store = Store(tmp_path / "hyperhive.db")
     with store.transaction():
         for i in range(300):
-            store.add_wake("operator", f"message {i}")
+            WakeTable(store).add("operator", f"message {i}")
     store.close()
     made = 0
 
-    class CountedWakeRow(hyperhive.store.WakeRow):
+    class CountedWakeRow(hyperhive.store.wakes.WakeRow):
         def __init__(self, *args: object, **kwargs: object) -> None:
             nonlocal made
             made += 1
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(hyperhive.store, "WakeRow", CountedWakeRow)
+    monkeypatch.setattr(hyperhive.store.wakes, "WakeRow", CountedWakeRow)
     async with running_loop(tmp_path, runtime, policy) as (_loop, records):
         await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 30, within=20)
     # A turn takes its batch and one more (to say that more follow): nothing grows with the queue.
@@ -239,7 +240,7 @@ async def test_stop_interrupts_the_turn_in_flight_and_gives_its_wake_back_its_at
             await runtime.started.wait()
         assert loop.stop() is True
         await until(lambda: loop.current_turn is None)
-    row = Store(tmp_path / "hyperhive.db").get_wake(wake.id)
+    row = WakeTable(Store(tmp_path / "hyperhive.db")).get(wake.id)
     assert row.delivered_at is None and row.attempts == 0  # carried again at the next start, at no cost
 
 
@@ -258,8 +259,8 @@ async def test_a_nearly_full_context_is_compacted_or_else_archived(tmp_path: Pat
 
 def test_the_prompt_names_each_wakes_source_and_time_and_cuts_a_huge_wake(tmp_path: Path) -> None:
     with Store(tmp_path / "hyperhive.db") as store:
-        small = store.add_wake("bash-task-7", "task 7 done (exit code 0): make")
-        huge = store.add_wake("operator", "x" * 100_000)
+        small = WakeTable(store).add("bash-task-7", "task 7 done (exit code 0): make")
+        huge = WakeTable(store).add("operator", "x" * 100_000)
         prompt = build_prompt([huge, small], max_chars=10_000)
     assert prompt.wake_ids == [huge.id]  # the first always goes, cut to fit; the next waits
     assert len(prompt.text) <= 10_000
@@ -316,7 +317,7 @@ async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_unti
         full.fail = {"begin": 2, "end": 3}
         wake = records.add_wake("operator", "hello")
         loop.inbox.wake_committed()
-        await until(lambda: records.store.get_wake(wake.id).delivered_at is not None)
+        await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
         loop.stop()
         tg.cancel_scope.cancel()
     turn = records.last_turn()

@@ -14,7 +14,8 @@ import anyio.abc
 import pytest
 
 from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import WakeTable
 from tests.unit.bash_client import bash_server
 from tests.unit.harness_service import run_cli, running_service, service_env, start_service
 
@@ -70,7 +71,7 @@ def test_sigterm_mid_turn_interrupts_it_keeps_the_wake_and_exits_0(tmp_path: Pat
         svc.wait_for("the turn to start", lambda: svc.status()["state"].startswith("turn"))
         assert svc.stop() == 0
         with Store(svc.state / "hyperhive.db") as store:
-            (wake,) = store.pending_wakes()
+            (wake,) = WakeTable(store).waiting()
             assert wake.attempts == 0  # our own stop is not the wake's fault
             outcome = store.db.execute("SELECT outcome FROM turns").fetchone()[0]
         assert outcome in ("cancelled", "interrupted")

@@ -27,11 +27,9 @@ from mcp.types import CallToolResult, TextContent
 
 from hyperhive.harness import http_tools
 from hyperhive.harness.http_tools import (
-    ENDPOINT_FILE,
     HYPERHIVE_SERVER,
     MAX_BODY_BYTES,
     MAX_REQUEST_BYTES,
-    TOKEN_FILE,
     HttpToolsError,
     HyperhiveTools,
     hyperhive_server,
@@ -44,7 +42,8 @@ from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.records import AGENT, TIMER, Records
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime.acp.link import acp_mcp_servers
-from hyperhive.store import Store
+from hyperhive.statedir import StateDir
+from hyperhive.store.database import Store
 
 pytestmark = pytest.mark.anyio
 
@@ -426,7 +425,7 @@ def mode(path: Path) -> int:
 async def test_token_file_is_created_0600_once_and_reused_across_restarts(state: Path) -> None:
     async with serving(state) as first:
         token = first.tools.token
-    path = state / TOKEN_FILE
+    path = StateDir(state).token
     assert mode(path) == 0o600
     assert path.read_text().strip() == token and len(token) >= 40
     async with serving(state) as second, second.session() as session:
@@ -437,7 +436,7 @@ async def test_token_file_is_created_0600_once_and_reused_across_restarts(state:
 
 
 def test_a_token_written_by_the_operator_is_used(tmp_path: Path) -> None:
-    path = tmp_path / TOKEN_FILE
+    path = StateDir(tmp_path).token
     path.write_text("an-operator-chosen-token-0123456789\n")
     path.chmod(0o600)
     assert load_token(tmp_path) == "an-operator-chosen-token-0123456789"
@@ -445,7 +444,7 @@ def test_a_token_written_by_the_operator_is_used(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("file_mode", [0o644, 0o640, 0o604, 0o620])
 def test_a_token_file_others_can_read_or_write_is_refused(tmp_path: Path, file_mode: int) -> None:
-    path = tmp_path / TOKEN_FILE
+    path = StateDir(tmp_path).token
     path.write_text("a-token-that-leaked-0123456789\n")
     path.chmod(file_mode)
     with pytest.raises(HttpToolsError) as caught:
@@ -456,7 +455,7 @@ def test_a_token_file_others_can_read_or_write_is_refused(tmp_path: Path, file_m
 
 @pytest.mark.parametrize(("content", "why"), [("", "does not hold a token"), ("short", "does not hold a token")])
 def test_a_token_file_without_a_token_is_refused(tmp_path: Path, content: str, why: str) -> None:
-    path = tmp_path / TOKEN_FILE
+    path = StateDir(tmp_path).token
     path.write_text(content)
     path.chmod(0o600)
     with pytest.raises(HttpToolsError, match=why):
@@ -467,14 +466,14 @@ def test_a_token_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "elsewhere"
     real.write_text("a-token-somewhere-else-0123456789")
     real.chmod(0o600)
-    (tmp_path / TOKEN_FILE).symlink_to(real)
+    StateDir(tmp_path).token.symlink_to(real)
     with pytest.raises(HttpToolsError, match="symlink"):
         load_token(tmp_path)
 
 
 def test_a_bad_token_file_stops_the_tools_at_construction(tmp_path: Path) -> None:
-    (tmp_path / TOKEN_FILE).write_text("a-token-that-leaked-0123456789")
-    (tmp_path / TOKEN_FILE).chmod(0o644)
+    StateDir(tmp_path).token.write_text("a-token-that-leaked-0123456789")
+    StateDir(tmp_path).token.chmod(0o644)
     with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox, pytest.raises(HttpToolsError):
         HyperhiveTools(tmp_path, inbox, current_turn=lambda: None)
 
@@ -482,7 +481,7 @@ def test_a_bad_token_file_stops_the_tools_at_construction(tmp_path: Path) -> Non
 async def test_the_endpoint_is_recorded_0600_while_serving_and_removed_after(state: Path) -> None:
     async with serving(state) as served:
         endpoint = read_endpoint(state)
-        file_mode = mode(state / ENDPOINT_FILE)
+        file_mode = mode(StateDir(state).endpoint)
     assert endpoint is not None and endpoint.url == served.url and endpoint.pid == os.getpid()
     assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/mcp")
     assert file_mode == 0o600

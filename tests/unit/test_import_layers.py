@@ -24,7 +24,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         # The package's root (its version), the error hierarchy, JSON from outside, the MCP tool shapes,
         # and the table of agent quirks: imported by everything, importing nothing of ours.
         {"hyperhive", "errors", "jsontext", "mcp_tool", "agents", "worker"},
-        {"mcp_servers"},  # the HIVE_MCP_SERVERS file
+        {"mcp_servers", "statedir"},  # the HIVE_MCP_SERVERS file; the state directory's layout and modes
         {"config", "store", "control"},  # the environment, the database, the control socket's wire and lock
         {"procs"},  # every child process
         {"tasks"},  # the task engine and the bash tools

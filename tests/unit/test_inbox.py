@@ -24,7 +24,8 @@ from hyperhive.harness.service import Service
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.test_harness_loop import FakeRuntime, until
 
@@ -129,7 +130,9 @@ async def test_wakes_set_aside_are_announced_once(tmp_path: Path) -> None:
 async def test_a_tasks_wake_reaches_the_inbox_through_the_engines_hook_once(tmp_path: Path) -> None:
     async with opened(tmp_path) as (inbox, doorbell):
         with Store(tmp_path / "hyperhive.db") as engine_store:
-            async with TaskEngine(engine_store, tmp_path / "tasks", tmp_path, on_wake=inbox.wake_committed) as engine:
+            async with TaskEngine(
+                TaskTable(engine_store), tmp_path / "tasks", tmp_path, on_wake=inbox.wake_committed
+            ) as engine:
                 # The task ends only once `run` has returned: one that ended within `run`'s own (zero) wait
                 # would be answered inline, with no wake (found flaky under CI's load with `true`).
                 result = await engine.run("while [ ! -e go ]; do sleep 0.02; done", wait_seconds=0)

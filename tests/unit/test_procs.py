@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from hyperhive.procs import Child, group_alive, process_start, same_process, terminate_group, wait_exit
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -101,7 +102,7 @@ async def test_task_timeout_applies_when_no_pidfd_can_be_had(tmp_path: Path, mon
     # The bug this pins: the old fallback was a blocking wait(), so the timeout never fired.
     no_pidfd(monkeypatch)
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine:
             result = await engine.run("sleep 30", timeout_secs=0.3, wait_seconds=10)
     assert result.finished_inline
     assert result.view.row.status == "timed_out"
@@ -322,7 +323,7 @@ async def test_what_many_ended_tasks_left_is_watched_with_one_scan_per_pass(
 ) -> None:
     # Each leftover group was counted with its own scan of /proc, twice a second.
     with Store(tmp_path / "hyperhive.db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
             for _ in range(20):
                 await engine.run("sleep 30 & echo left", wait_seconds=5)
             assert len(engine._leftovers) == 20

@@ -14,15 +14,16 @@ import sys
 import threading
 from pathlib import Path
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import WakeTable
 
 
 def test_a_wake_stored_under_a_request_id_is_stored_once(tmp_path: Path) -> None:
     with Store(tmp_path / "hyperhive.db") as store:
-        first = store.add_wake("operator", "hello", request_id="r-1")
-        again = store.add_wake("operator", "hello", request_id="r-1")
-        other = store.add_wake("operator", "hello", request_id="r-2")
-        plain = [store.add_wake("operator", "hello"), store.add_wake("operator", "hello")]
+        first = WakeTable(store).add("operator", "hello", request_id="r-1")
+        again = WakeTable(store).add("operator", "hello", request_id="r-1")
+        other = WakeTable(store).add("operator", "hello", request_id="r-2")
+        plain = [WakeTable(store).add("operator", "hello"), WakeTable(store).add("operator", "hello")]
         assert again.id == first.id and again.request_id == "r-1"
         assert len({first.id, other.id, *(w.id for w in plain)}) == 4
 
@@ -41,7 +42,7 @@ def _service_that_dies_after_storing(state: Path, ready: threading.Event, seen: 
             request = json.loads(data)
             seen.append(request)
             with Store(state / "hyperhive.db") as store:
-                store.add_wake(request["from"], request["body"], request_id=request.get("request_id"))
+                WakeTable(store).add(request["from"], request["body"], request_id=request.get("request_id"))
     (state / "harness.sock").unlink()
 
 
@@ -66,5 +67,5 @@ def test_send_whose_answer_is_lost_after_the_wake_was_stored_stores_it_once(tmp_
     assert result.returncode == 0, result.stderr
     assert seen and isinstance(seen[0].get("request_id"), str)
     with Store(state / "hyperhive.db") as store:
-        bodies = [w.body for w in store.pending_wakes()]
+        bodies = [w.body for w in WakeTable(store).waiting()]
     assert bodies == ["only once, please"], result.stdout

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 from tests.unit.importtime import matching, run_hyperhive
 
 # The event loop (the blocking client in control/wire.py does one request), the store (only the

@@ -19,7 +19,10 @@ import pytest
 
 from hyperhive.config import load_config
 from hyperhive.errors import EXIT_STATE, StoreError, StoreUnavailable
-from hyperhive.store import SCHEMA_VERSION, Store
+from hyperhive.store.database import Store
+from hyperhive.store.schema import SCHEMA_VERSION
+from hyperhive.store.tasks import TaskTable
+from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.bash_client import server_env
 
@@ -127,7 +130,7 @@ def test_database_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
         with Store(state / "hyperhive.db") as store:
-            store.add_wake("operator", "secret")
+            WakeTable(store).add("operator", "secret")
     finally:
         os.umask(old)
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
@@ -195,7 +198,7 @@ async def test_a_really_full_state_filesystem_leaves_the_engine_up(tmp_path: Pat
     state = tmp_path / "state"
     with tmpfs(state, "mode=0700,size=512k"):
         store = Store(state / "hyperhive.db")
-        async with TaskEngine(store, state / "harness" / "bash-tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(store), state / "harness" / "bash-tasks", tmp_path, cgroup="off") as engine:
             bystander = (await engine.run("sleep 300", wait_seconds=0)).view.row.id
             ender = (await engine.run("while [ ! -e go ]; do sleep 0.02; done", wait_seconds=0)).view.row.id
             filler = state / "filler"
@@ -222,7 +225,7 @@ async def test_a_really_full_state_filesystem_leaves_the_engine_up(tmp_path: Pat
             with anyio.fail_after(30):
                 while True:
                     with Store(state / "hyperhive.db") as reader:
-                        if reader.get_task(ender).status == "done":
+                        if TaskTable(reader).get(ender).status == "done":
                             break
                     await anyio.sleep(0.1)
         store.close()

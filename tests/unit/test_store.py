@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from hyperhive.errors import StoreError
-from hyperhive.store import MIGRATIONS, SCHEMA_VERSION, Store
+from hyperhive.store.database import Store
+from hyperhive.store.schema import MIGRATIONS, SCHEMA_VERSION
+from hyperhive.store.sessions import SessionTable
+from hyperhive.store.wakes import WakeTable
 
 
 def test_new_database_is_at_the_latest_schema_in_wal_mode(tmp_path: Path) -> None:
@@ -29,14 +32,14 @@ def test_migration_from_version_1_keeps_existing_rows(tmp_path: Path) -> None:
     db.close()
     with Store(tmp_path / "db") as store:
         assert store.schema_version == SCHEMA_VERSION
-        assert [w.body for w in store.pending_wakes()] == ["hello"]
-        store.record_session("claude", "s1")
-        assert store.current_session("claude") == "s1"
+        assert [w.body for w in WakeTable(store).waiting()] == ["hello"]
+        SessionTable(store).record("claude", "s1")
+        assert SessionTable(store).current("claude") == "s1"
 
 
 def test_database_from_a_newer_hyperhive_is_refused_untouched(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        store.add_wake("operator", "keep me")
+        WakeTable(store).add("operator", "keep me")
     db = sqlite3.connect(tmp_path / "db")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
     db.commit()
@@ -59,16 +62,17 @@ def test_wakes_written_by_concurrent_processes_are_all_kept(tmp_path: Path) -> N
         """
         import sys
         from pathlib import Path
-        from hyperhive.store import Store
+        from hyperhive.store.database import Store
+        from hyperhive.store.wakes import WakeTable
         with Store(Path(sys.argv[1])) as store:
             for i in range(200):
-                store.add_wake(f"writer-{sys.argv[2]}", str(i))
+                WakeTable(store).add(f"writer-{sys.argv[2]}", str(i))
         """
     )
     procs = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path / "db"), str(n)]) for n in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     with Store(tmp_path / "db") as store:
-        wakes = store.pending_wakes()
+        wakes = WakeTable(store).waiting()
     assert len(wakes) == 800
     for n in range(4):
         assert [w.body for w in wakes if w.source == f"writer-{n}"] == [str(i) for i in range(200)]
@@ -99,11 +103,11 @@ def test_a_database_migrated_by_another_process_while_opening_is_not_taken_for_f
         db.set_trace_callback(migrate_from_elsewhere)
         return db
 
-    monkeypatch.setattr("hyperhive.store.sqlite3.connect", connect)
+    monkeypatch.setattr("hyperhive.store.database.sqlite3.connect", connect)
     with Store(path) as store:
         assert store.schema_version == SCHEMA_VERSION
-        store.add_wake("operator", "kept")
-        assert [w.body for w in store.pending_wakes()] == ["kept"]
+        WakeTable(store).add("operator", "kept")
+        assert [w.body for w in WakeTable(store).waiting()] == ["kept"]
     assert migrated == [True]
 
 
@@ -112,37 +116,38 @@ def test_a_wake_survives_its_writer_being_killed(tmp_path: Path) -> None:
         """
         import os, signal, sys
         from pathlib import Path
-        from hyperhive.store import Store
+        from hyperhive.store.database import Store
+        from hyperhive.store.wakes import WakeTable
         store = Store(Path(sys.argv[1]))
-        store.add_wake("bash-task-1", "finished")
+        WakeTable(store).add("bash-task-1", "finished")
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     proc = subprocess.run([sys.executable, "-c", writer, str(tmp_path / "db")], timeout=60, check=False)
     assert proc.returncode == -9
     with Store(tmp_path / "db") as store:
-        assert [(w.source, w.body) for w in store.pending_wakes()] == [("bash-task-1", "finished")]
+        assert [(w.source, w.body) for w in WakeTable(store).waiting()] == [("bash-task-1", "finished")]
 
 
 def test_delivered_wakes_are_no_longer_pending_and_timers_wait_their_time(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        now = store.add_wake("operator", "now")
-        store.add_wake("timer", "later", not_before=now.created_at + 3600)
-        assert [w.body for w in store.pending_wakes()] == ["now"]
-        store.mark_delivered([now.id])
-        assert store.pending_wakes() == []
-        assert [w.body for w in store.pending_wakes(now=now.created_at + 7200)] == ["later"]
+        now = WakeTable(store).add("operator", "now")
+        WakeTable(store).add("timer", "later", not_before=now.created_at + 3600)
+        assert [w.body for w in WakeTable(store).waiting()] == ["now"]
+        WakeTable(store).mark_delivered([now.id])
+        assert WakeTable(store).waiting() == []
+        assert [w.body for w in WakeTable(store).waiting(now=now.created_at + 7200)] == ["later"]
 
 
 def test_sessions_record_resume_and_archive(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        assert store.current_session("claude") is None
-        store.record_session("claude", "a")
-        store.record_session("claude", "a")
-        store.record_session("acp:opencode", "x")
-        assert store.current_session("claude") == "a"
-        store.record_session("claude", "b")
-        assert store.current_session("claude") == "b"
-        assert store.archive_session("claude") == "b"
-        assert store.current_session("claude") is None
-        assert store.current_session("acp:opencode") == "x"
+        assert SessionTable(store).current("claude") is None
+        SessionTable(store).record("claude", "a")
+        SessionTable(store).record("claude", "a")
+        SessionTable(store).record("acp:opencode", "x")
+        assert SessionTable(store).current("claude") == "a"
+        SessionTable(store).record("claude", "b")
+        assert SessionTable(store).current("claude") == "b"
+        assert SessionTable(store).archive("claude") == "b"
+        assert SessionTable(store).current("claude") is None
+        assert SessionTable(store).current("acp:opencode") == "x"

@@ -8,7 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
+from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks import args as task_args
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.output import read_tail
@@ -20,14 +22,14 @@ async def test_command_that_cannot_start_gets_a_status_and_a_wake(tmp_path: Path
     work = tmp_path / "work"
     work.mkdir()
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", work) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", work) as engine:
             shutil.rmtree(work)  # the working directory vanished under the engine
             result = await engine.run("echo hi", wait_seconds=5)
         row = result.view.row
         assert row.status == "done"
         assert row.exit_code is None
         assert row.error is not None and row.error.startswith("could not start")
-        (wake,) = store.pending_wakes()
+        (wake,) = WakeTable(store).waiting()
     assert wake.source == f"bash-task-{row.id}"
     assert "could not start" in wake.body
 
@@ -35,12 +37,12 @@ async def test_command_that_cannot_start_gets_a_status_and_a_wake(tmp_path: Path
 async def test_cancelling_the_host_scope_kills_tasks_and_marks_them_interrupted(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
         with anyio.move_on_after(1):
-            async with TaskEngine(store, tmp_path / "tasks", tmp_path) as engine:
+            async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path) as engine:
                 result = await engine.run("sleep 300 & sleep 300", wait_seconds=0)
                 await anyio.sleep(30)
-        row = store.get_task(result.view.row.id)
+        row = TaskTable(store).get(result.view.row.id)
         assert row.status == "interrupted"
-        assert [w.source for w in store.pending_wakes()] == [f"bash-task-{row.id}"]
+        assert [w.source for w in WakeTable(store).waiting()] == [f"bash-task-{row.id}"]
     from hyperhive.procs.group import group_alive
 
     assert row.pid is not None and not group_alive(row.pid)
@@ -52,7 +54,7 @@ async def test_a_wait_beyond_the_cap_returns_at_the_cap_with_the_task_still_runn
     """wait_seconds above MAX_WAIT (30 s) waits MAX_WAIT; patched to 1 s here so the test does not wait 30."""
     monkeypatch.setattr(task_args, "MAX_WAIT", 1.0)
     with Store(tmp_path / "db") as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path) as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path) as engine:
             started = anyio.current_time()
             result = await engine.run("sleep 45", wait_seconds=3600)
             waited = anyio.current_time() - started
@@ -63,7 +65,7 @@ async def test_a_wait_beyond_the_cap_returns_at_the_cap_with_the_task_still_runn
 
 async def test_operations_outside_the_engine_context_fail_loudly(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        engine = TaskEngine(store, tmp_path / "tasks", tmp_path)
+        engine = TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path)
         with pytest.raises(RuntimeError, match="outside `async with`"):
             await engine.run("true")
 

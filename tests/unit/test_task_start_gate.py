@@ -17,25 +17,27 @@ from pathlib import Path
 
 import anyio
 
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 
 HOST = textwrap.dedent(
     """
     import sys, time, anyio
     from pathlib import Path
-    from hyperhive.store import Store
+    from hyperhive.store.database import Store
+    from hyperhive.store.tasks import TaskTable
     from hyperhive.tasks.engine import TaskEngine
 
     tmp = Path(sys.argv[1])
 
-    class SlowToRecord(Store):
+    class SlowToRecord(TaskTable):
         def mark_running(self, *args, **kwargs):
             (tmp / "spawned").write_text("")  # the process exists; its pid is not in the store yet
             time.sleep(60)
 
     async def main():
-        async with TaskEngine(SlowToRecord(tmp / "db"), tmp / "tasks", tmp, cgroup="off") as engine:
+        async with TaskEngine(SlowToRecord(Store(tmp / "db")), tmp / "tasks", tmp, cgroup="off") as engine:
             await engine.run("touch ran; sleep 60", wait_seconds=0)
 
     anyio.run(main)
@@ -76,7 +78,7 @@ def test_a_task_whose_start_was_not_recorded_never_runs(tmp_path: Path) -> None:
     assert _processes_in(tmp_path) == [], "a process of the unrecorded task is still running"
 
     async def recover() -> str:
-        async with TaskEngine(Store(tmp_path / "db"), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(Store(tmp_path / "db")), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
             assert engine.recovered is not None
             await engine.recovered.wait()
             return (await engine.status(1)).row.status
@@ -88,7 +90,7 @@ def test_a_recorded_task_runs_with_stdin_at_dev_null(tmp_path: Path) -> None:
     """The gate is the leader's stdin until it opens: the task itself still reads /dev/null (design.md 3.3)."""
 
     async def main() -> str:
-        async with TaskEngine(Store(tmp_path / "db"), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(Store(tmp_path / "db")), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
             result = await engine.run("readlink /proc/self/fd/0; cat; echo end", wait_seconds=10)
             assert result.finished_inline
             return result.view.stdout.text

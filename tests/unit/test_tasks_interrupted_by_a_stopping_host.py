@@ -25,7 +25,9 @@ import pytest
 
 from hyperhive.control.wire import ControlCall
 from hyperhive.procs.group import group_alive, process_start
-from hyperhive.store import Store, TaskRow
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskRow, TaskTable
+from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.harness_service import running_service
@@ -36,7 +38,7 @@ HOST_STOPPED = "interrupted: the process hosting the task stopped"
 
 def task_row(db: Path, task_id: int) -> TaskRow:
     with Store(db) as store:
-        return store.get_task(task_id)
+        return TaskTable(store).get(task_id)
 
 
 def ended(db: Path, task_id: int) -> TaskRow | None:
@@ -46,7 +48,7 @@ def ended(db: Path, task_id: int) -> TaskRow | None:
 
 def wake_bodies(db: Path, task_id: int) -> list[str]:
     with Store(db) as store:
-        return [w.body for w in store.pending_wakes() if w.source == f"bash-task-{task_id}"]
+        return [w.body for w in WakeTable(store).waiting() if w.source == f"bash-task-{task_id}"]
 
 
 def test_a_task_killed_by_another_hand_while_the_service_stops_is_interrupted(tmp_path: Path) -> None:
@@ -82,7 +84,7 @@ def test_a_task_killed_by_another_hand_while_the_service_stops_is_interrupted(tm
 async def test_once_the_host_is_stopping_a_death_by_signal_is_interrupted_an_exit_is_done(tmp_path: Path) -> None:
     db = tmp_path / "db"
     with Store(db) as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
             killed = (await engine.run("exec sleep 300", wait_seconds=0)).view.row
             finished = (await engine.run("until [ -e finish ]; do sleep 0.02; done; exit 3", wait_seconds=0)).view.row
             assert killed.pid is not None
@@ -116,7 +118,7 @@ async def test_an_exit_seen_before_the_host_began_to_stop_but_recorded_after_is_
     monkeypatch.setattr(engine_module, "wait_exit", reaped_then_held)
     db = tmp_path / "db"
     with Store(db) as store:
-        async with TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off") as engine:
+        async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off") as engine:
             row = (await engine.run("exec sleep 300", wait_seconds=0)).view.row
             assert row.pid is not None
             os.kill(row.pid, signal.SIGKILL)
@@ -151,11 +153,13 @@ async def test_the_killer_of_a_task_whose_host_died_records_interrupted_unless_i
     db = tmp_path / "db"
     host = gone_pid()
     with orphan() as alive, Store(db) as store:
-        gone = store.create_task("sleep 300", str(tmp_path), None, host, "1")
-        store.mark_running(gone.id, gone_pid(), "1", 1.0)
-        running = store.create_task("sleep 300", str(tmp_path), None, host, "1")
-        store.mark_running(running.id, alive.pid, process_start(alive.pid) or "?", 1.0)
-        killer = TaskEngine(store, tmp_path / "tasks", tmp_path, cgroup="off", kill_grace=0.5)  # as the CLI's
+        gone = TaskTable(store).create("sleep 300", str(tmp_path), None, host, "1")
+        TaskTable(store).mark_running(gone.id, gone_pid(), "1", 1.0)
+        running = TaskTable(store).create("sleep 300", str(tmp_path), None, host, "1")
+        TaskTable(store).mark_running(running.id, alive.pid, process_start(alive.pid) or "?", 1.0)
+        killer = TaskEngine(
+            TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off", kill_grace=0.5
+        )  # as the CLI's
         died_with_host = await killer.kill(gone.id)
         killed = await killer.kill(running.id)
         assert not group_alive(alive.pid)
@@ -170,11 +174,14 @@ def test_an_end_is_recorded_once_and_wakes_the_agent_once(tmp_path: Path) -> Non
     """After a host died, its task's end may be recorded by the next engine's recovery and by a killer at
     the same time: the first end stands, the second writes nothing, not even a wake."""
     with Store(tmp_path / "db") as store:
-        row = store.create_task("sleep 300", str(tmp_path), None, gone_pid(), "1")
-        store.mark_running(row.id, gone_pid(), "1", 1.0)
+        row = TaskTable(store).create("sleep 300", str(tmp_path), None, gone_pid(), "1")
+        TaskTable(store).mark_running(row.id, gone_pid(), "1", 1.0)
         source = f"bash-task-{row.id}"
-        first = store.write_end(row.id, "interrupted", error=HOST_STOPPED, wake=(source, "recovered"))
-        second = store.write_end(row.id, "killed", error="killed on request", wake=(source, "killed"))
-        assert (store.get_task(row.id).status, store.get_task(row.id).error) == ("interrupted", HOST_STOPPED)
-        assert [w.body for w in store.pending_wakes()] == ["recovered"]
+        first = TaskTable(store).write_end(row.id, "interrupted", error=HOST_STOPPED, wake=(source, "recovered"))
+        second = TaskTable(store).write_end(row.id, "killed", error="killed on request", wake=(source, "killed"))
+        assert (TaskTable(store).get(row.id).status, TaskTable(store).get(row.id).error) == (
+            "interrupted",
+            HOST_STOPPED,
+        )
+        assert [w.body for w in WakeTable(store).waiting()] == ["recovered"]
         assert (first, second) == (True, False)

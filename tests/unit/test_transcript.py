@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from hyperhive import statedir
 from hyperhive.runtime.stream import StreamLine, line_from_dict
-from hyperhive.runtime.transcript import TranscriptSink, transcript_name
+from hyperhive.runtime.transcript import TranscriptSink
 
 pytestmark = pytest.mark.anyio
 
@@ -92,6 +93,12 @@ async def test_transcripts_are_private(tmp_path: Path) -> None:
     await sink.emit(result("s1"))
     assert stat.S_IMODE((tmp_path / "transcripts").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "transcripts" / "s1.jsonl").stat().st_mode) == 0o600
+
+
+def transcript_name(session_id: str) -> str:
+    path = statedir.transcript(Path("transcripts"), session_id)
+    assert path.parent == Path("transcripts")
+    return path.name
 
 
 def test_session_ids_cannot_escape_the_directory() -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hyperhive import jsontext
 from hyperhive.errors import ConfigError
+from hyperhive.statedir import StateDir
 
 if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
     from hyperhive.mcp_servers import McpServers
@@ -52,16 +53,9 @@ class Config:
     socket: Path | None = None
 
     @property
-    def db_path(self) -> Path:
-        return self.state_dir / "hyperhive.db"
-
-    @property
-    def tasks_dir(self) -> Path:
-        return self.state_dir / "harness" / "bash-tasks"
-
-    @property
-    def transcripts_dir(self) -> Path:
-        return self.state_dir / "transcripts"
+    def state(self) -> StateDir:
+        """The state directory's files and folders (statedir.py names them all)."""
+        return StateDir(self.state_dir)
 
     def agent_mcp_servers(self) -> McpServers:
         """The MCP servers every agent gets: the configured ones, with our bash server always present."""

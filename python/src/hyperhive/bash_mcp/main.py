@@ -52,10 +52,9 @@ def _main() -> None:
         print(f"hyperhive: {exc}", file=sys.stderr)
         sys.exit(2)
     from hyperhive.control.lock import holder
-    from hyperhive.control.wire import SOCKET_NAME
 
-    if holder(config.state_dir) is not None:
-        _forward(str(config.state_dir / SOCKET_NAME))
+    if holder(config.state.lock) is not None:
+        _forward(str(config.state.socket))
         return
     _standalone(config)
 

@@ -15,7 +15,8 @@ import anyio
 from hyperhive import __version__
 from hyperhive.bash_mcp.jsonrpc import StdioServer
 from hyperhive.config import Config
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import INSTRUCTIONS, build_tools
 
@@ -24,8 +25,8 @@ log = logging.getLogger("hyperhive.bash_mcp")
 
 async def serve_standalone(config: Config) -> None:
     """Serve on stdio, hosting the task engine here; SIGTERM/SIGINT and stdin EOF end it, tasks and all."""
-    with Store(config.db_path) as store:
-        async with TaskEngine(store, config.tasks_dir, config.workdir) as engine:
+    with Store(config.state.db) as store:
+        async with TaskEngine(TaskTable(store), config.state.tasks, config.workdir) as engine:
             server = StdioServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
             async with anyio.create_task_group() as tg:
 

@@ -30,10 +30,11 @@ import anyio.abc
 import click
 from anyio.streams.text import TextReceiveStream
 
+from hyperhive import statedir
 from hyperhive.errors import HyperhiveError
+from hyperhive.statedir import StateDir
 
 MESSAGE = "Please run a background task and tell me when it is done."
-SOCKET_NAME = "harness.sock"  # the service's control socket (hyperhive.harness.control.SOCKET_NAME)
 SOCKET_WITHIN = 20.0
 STOP_WITHIN = 30.0  # the service's own stop is bounded by HIVE_CANCEL_GRACE + its margin
 CLI_WITHIN = 30.0
@@ -62,7 +63,7 @@ def demo_env(state: Path, base: Mapping[str, str]) -> dict[str, str]:
         HIVE_ACP_COMMAND=sys.executable,
         HIVE_ACP_ARGS=json.dumps(["-m", "hyperhive", "demo-agent"]),
         HIVE_STATE_DIR=str(state),
-        HIVE_WORKDIR=str(state / "work"),
+        HIVE_WORKDIR=str(StateDir(state).demo_work),
         HIVE_IDLE_TIMEOUT="30",
         HIVE_CANCEL_GRACE="3",
     )
@@ -72,7 +73,7 @@ def demo_env(state: Path, base: Mapping[str, str]) -> dict[str, str]:
 def make_state_dir() -> Path:
     """A fresh private (0700) state directory with the agent's working directory in it."""
     state = Path(tempfile.mkdtemp(prefix="hyperhive-demo-"))  # mkdtemp creates it 0700
-    (state / "work").mkdir(mode=0o700)
+    statedir.make_dirs(StateDir(state).demo_work)
     return state
 
 
@@ -239,7 +240,7 @@ def keep_instructions(state: Path, pid: int) -> str:
     prog = _prog()
     return "\n".join(
         [
-            f"The service keeps running (pid {pid}); its state and log ({state / 'service.log'}) are in {state}.",
+            f"The service keeps running (pid {pid}); its state and log ({StateDir(state).demo_log}) are in {state}.",
             "Play with it:",
             f"  {env} {prog} send 'run: ls -l'",
             f"  {env} {prog} send 'remind 5s: stretch your legs'",
@@ -262,7 +263,7 @@ async def run_demo(
     """The demo; returns the exit status. Raises DemoFailed with what went wrong (everything stopped)."""
     state = state or make_state_dir()
     env = demo_env(state, os.environ)
-    log = state / "service.log"
+    log = StateDir(state).demo_log
     argv = list(service_argv or hyperhive_argv("agent"))
     _echo(f"hyperhive demo: state directory {state}")
     _echo(f"starting the service: {shlex.join(argv)} (runtime acp, agent `hyperhive demo-agent`)")
@@ -293,9 +294,10 @@ async def _steps(
     keep: bool,
     within: float,
 ) -> None:
-    with (state / "service.log").open("ab") as log_file:
+    paths = StateDir(state)
+    with os.fdopen(statedir.open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log_file:
         service = await children.start(argv, env=env, stdout=log_file, stderr=log_file)
-    await wait_for_socket(state / SOCKET_NAME, within=SOCKET_WITHIN, exited=lambda: service.returncode)
+    await wait_for_socket(paths.socket, within=SOCKET_WITHIN, exited=lambda: service.returncode)
     _echo(f"the service is up (pid {service.pid}); its live stream (hyperhive tail -f):")
     tail = await children.start(hyperhive_argv("tail", "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     tg.start_soon(_show, tail.stdout, PREFIX)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from hyperhive.cli import config_or_exit
-from hyperhive.control.wire import SOCKET_NAME, ControlError, ServiceUnavailable, call
+from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import EXIT_BUSY as EXIT_NOT_RUNNING
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, HyperhiveError, StoreError
 
@@ -37,7 +37,7 @@ def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 def _socket(config: Config) -> Path:
-    return config.state_dir / SOCKET_NAME
+    return config.state.socket
 
 
 def _client(config: Config) -> ControlClient:
@@ -48,14 +48,14 @@ def _client(config: Config) -> ControlClient:
 
 def _existing_state(config: Config) -> Path:
     """The state directory, which must exist: an operator command never creates an empty one."""
-    from hyperhive.store import prepare_state_dir
+    from hyperhive import statedir
 
     try:
-        prepare_state_dir(config.state_dir, create=False)  # not ours to read, others can write it
+        statedir.prepare(config.state_dir, create=False)  # not ours to read, others can write it
     except StoreError as exc:
         if exc.data.get("problem") != "missing":  # missing: said below, with what to do
             _fail(str(exc), EXIT_STATE)
-    if not config.db_path.is_file():
+    if not config.state.db.is_file():
         _fail(
             f"no hyperhive state in {config.state_dir} (no hyperhive.db); start the service with `hyperhive agent` "
             "or point HIVE_STATE_DIR at its state directory",
@@ -66,11 +66,11 @@ def _existing_state(config: Config) -> Path:
 
 def _records(config: Config) -> Any:
     from hyperhive.harness.records import Records
-    from hyperhive.store import Store
+    from hyperhive.store.database import Store
 
     _existing_state(config)
     try:
-        return Records(Store(config.db_path, create=False))  # never a new one; root may read another's
+        return Records(Store(config.state.db, create=False))  # never a new one; root may read another's
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
 
@@ -139,7 +139,10 @@ def _offline_status(config: Config) -> dict[str, Any]:
 
     records = _records(config)
     last = records.last_turn()
-    tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in records.store.unfinished_tasks()]
+    from hyperhive.store.tasks import TaskTable
+
+    unfinished = TaskTable(records.store).unfinished()
+    tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in unfinished]
     return {
         "up": False,
         "state": "not running",
@@ -288,5 +291,7 @@ def tail(follow: bool, as_json: bool) -> None:
 
 
 def _latest_transcript(config: Config) -> Path | None:
-    files = sorted(config.transcripts_dir.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    from hyperhive.statedir import TRANSCRIPT_SUFFIX
+
+    files = sorted(config.state.transcripts.glob(f"*{TRANSCRIPT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
     return files[-1] if files else None

@@ -14,19 +14,20 @@ import click
 from hyperhive.cli import config_or_exit
 from hyperhive.config import Config
 from hyperhive.errors import EXIT_FAILED, StoreUnavailable, ToolFailure
-from hyperhive.store import Store
+from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
 
 
 def _store(config: Config) -> Store:
-    return Store(config.db_path, create=False)
+    return Store(config.state.db, create=False)
 
 
 def _engine(store: Store) -> TaskEngine:
     config = config_or_exit()
     # Not entered: show and kill need no task group; they reach other processes' tasks through the store.
-    return TaskEngine(store, config.tasks_dir, config.workdir)
+    return TaskEngine(TaskTable(store), config.state.tasks, config.workdir)
 
 
 @click.group(invoke_without_command=True)
@@ -39,7 +40,7 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
         return
     config = config_or_exit()
     with _store(config) as store:
-        rows = store.list_tasks(limit=limit)
+        rows = TaskTable(store).recent(limit=limit)
         if as_json:
             engine = _engine(store)
             for row in rows:

@@ -23,9 +23,10 @@ from hyperhive.errors import ConfigError, HyperhiveError, StoreError
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.render import RenderSink
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import StreamLine, dump_line
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store
+from hyperhive.store.database import Store
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -94,7 +95,7 @@ def turn(
 async def _main(config: Config, prompt: str, resume: bool, render: bool) -> int:
     from hyperhive.control.lock import holder
 
-    if (pid := holder(config.state_dir)) is not None:
+    if (pid := holder(config.state.lock)) is not None:
         # The service owns this state directory's session: a side turn would archive or fork it.
         who = f" (pid {pid})" if pid else ""
         click.echo(
@@ -104,17 +105,17 @@ async def _main(config: Config, prompt: str, resume: bool, render: bool) -> int:
         )
         return 4
     try:
-        store = Store(config.db_path)
+        store = Store(config.state.db)
     except StoreError as exc:
         click.echo(f"hyperhive: {exc}", err=True)
         return 2
     try:
-        runtime = make_runtime(config, store)
+        runtime = make_runtime(config, Sessions(store))
     except HyperhiveError as exc:
         store.close()
         click.echo(f"hyperhive: {exc}", err=True)
         return 2 if isinstance(exc, ConfigError) else 1
-    transcript = TranscriptSink(config.transcripts_dir)
+    transcript = TranscriptSink(config.state.transcripts)
     sinks: list[Sink] = [transcript, StdoutSink(sys.stdout.buffer)]
     if render:
         sinks.append(RenderSink(sys.stderr))

@@ -1,4 +1,5 @@
-"""One service per state directory: an advisory lock on `harness.lock`, held for the service's life.
+"""One service per state directory: an advisory lock on its lock file (`harness.lock`, statedir.py), held for
+the service's life.
 
 The kernel drops the lock when the process dies (even by SIGKILL), so a crash never leaves a stale lock,
 unlike a pid file. The file holds the holder's pid for messages. Anything that must not run beside the
@@ -12,18 +13,19 @@ import fcntl
 import os
 from pathlib import Path
 
+from hyperhive import statedir
 from hyperhive.errors import ServiceRunning
-
-LOCK_NAME = "harness.lock"
 
 
 class ServiceLock:
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / LOCK_NAME
+    """The lock at `path`, the state directory's lock file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = statedir.open_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,10 +57,10 @@ class ServiceLock:
         self.release()
 
 
-def holder(state_dir: Path) -> int | None:
-    """The pid of the service holding `state_dir`'s lock (0 if unknown), or None when no service runs."""
+def holder(path: Path) -> int | None:
+    """The pid of the service holding the lock file `path` (0 if unknown), or None when no service runs."""
     try:
-        fd = os.open(state_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:

@@ -28,7 +28,6 @@ TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type chec
 if TYPE_CHECKING:
     from typing import Any
 
-SOCKET_NAME = "harness.sock"
 MAX_REQUEST = 1 << 20
 # A single answer may carry a tool result with two 4 KiB tails; stream events carry one stream-json line.
 MAX_ANSWER = 64 << 20

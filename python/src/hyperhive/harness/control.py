@@ -32,11 +32,10 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from hyperhive import jsontext
+from hyperhive import jsontext, statedir
 from hyperhive.control.wire import (
     MAX_ANSWER,
     MAX_REQUEST,
-    SOCKET_NAME,
     ControlError,
     ServiceUnavailable,
     closed_early,
@@ -51,7 +50,6 @@ log = logging.getLogger("hyperhive.harness")
 __all__ = [
     "MAX_ANSWER",
     "MAX_REQUEST",
-    "SOCKET_NAME",
     "ControlClient",
     "ControlError",
     "ControlServer",
@@ -99,12 +97,8 @@ class ControlServer:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # the caller holds the service lock: whatever is here is stale
-        old = os.umask(0o177)
-        try:
+        with statedir.private_socket(self.path):
             listener = await anyio.create_unix_listener(self.path)
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
         try:
             async with listener:
                 task_status.started()

@@ -1,7 +1,8 @@
 """hyperhive's own MCP tools (`mcp__hyperhive__*`): `reply`, `remind`, `reminders`, `cancel_reminder`.
 
 Served by the harness over streamable HTTP on 127.0.0.1 (a free port, recorded in `http.json` in the
-state directory), behind a bearer token read from `token` (0600, created once and kept across restarts).
+state directory), behind a bearer token read from `token` there (0600, created once and kept across
+restarts; both named, and made private, by statedir.py).
 Every agent gets the server (claude: in its MCP config, allowed as `mcp__hyperhive`; ACP: as an HTTP server
 in `session/new|load`); `hyperhive_server()` builds that entry.
 
@@ -27,8 +28,6 @@ import re
 import secrets
 import socket
 import sqlite3
-import stat
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -49,18 +48,17 @@ from pydantic import Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from hyperhive import jsontext
+from hyperhive import jsontext, statedir
 from hyperhive.errors import StoreError
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.records import AGENT
 from hyperhive.mcp_servers import HttpServer
+from hyperhive.statedir import StateDir
 
 log = logging.getLogger("hyperhive.harness.http")
 _T = TypeVar("_T")
 
 HYPERHIVE_SERVER = "hyperhive"  # the MCP server's name: its tools are mcp__hyperhive__<tool>
-TOKEN_FILE = "token"
-ENDPOINT_FILE = "http.json"
 MCP_PATH = "/mcp"
 
 MAX_BODY_BYTES = 64 * 1024  # a reply's or reminder's body, UTF-8
@@ -91,29 +89,19 @@ class HttpToolsError(StoreError):
 
 
 def load_token(state_dir: Path) -> str:
-    """The bearer token from `<state_dir>/token`, created (0600, atomically) on first use.
+    """The bearer token from the state directory's token file, created (0600, atomically) on first use.
 
-    Refused, with the reason and the fix: a token file others can read or that is not ours, a symlink, or
-    one whose content is not a token.
+    Refused, with the reason and the fix: a token file others can read or that is not ours, a symlink
+    (statedir.py's rules for a secret), or one whose content is not a token.
     """
-    path = state_dir / TOKEN_FILE
+    path = StateDir(state_dir).token
     token = _read_token(path)
     if token is not None:
         return token
-    fresh = secrets.token_urlsafe(32)
-    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".token-")  # 0600
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(fresh + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)  # atomic, and never replaces a token another process just made
+        statedir.create_once(path, secrets.token_urlsafe(32) + "\n")  # never replaces a token just made
     except OSError as exc:
         raise HttpToolsError(f"cannot create the token file {path}: {exc.strerror}", path=str(path)) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
     token = _read_token(path)
     if token is None:
         raise HttpToolsError(f"the token file {path} vanished while it was created", path=str(path))
@@ -122,30 +110,11 @@ def load_token(state_dir: Path) -> str:
 
 def _read_token(path: Path) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        raw = statedir.read_secret(path, "the token file")
+    except StoreError as exc:  # not a file only we can read: the tools cannot start
+        raise HttpToolsError(exc.message, **exc.data) from exc
+    if raw is None:
         return None
-    except OSError as exc:
-        why = "it is a symlink" if path.is_symlink() else exc.strerror
-        raise HttpToolsError(f"cannot use the token file {path}: {why}", path=str(path)) from exc
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise HttpToolsError(f"the token file {path} is not a regular file", path=str(path))
-        if st.st_uid != os.geteuid():
-            raise HttpToolsError(
-                f"the token file {path} belongs to uid {st.st_uid}, not to this service (uid {os.geteuid()})",
-                path=str(path),
-            )
-        if st.st_mode & 0o077:
-            mode = stat.S_IMODE(st.st_mode)
-            raise HttpToolsError(
-                f"the token file {path} can be read or written by others (mode {mode:04o}); "
-                f"run `chmod 600 {path}`, or delete it to have a new token made",
-                path=str(path),
-                mode=f"{mode:04o}",
-            )
-        raw = f.read(4096)
     token = raw.decode("ascii", errors="replace").strip()
     if not _TOKEN_SHAPE.fullmatch(token):
         raise HttpToolsError(
@@ -183,31 +152,22 @@ class Endpoint:
 
 
 def read_endpoint(state_dir: Path) -> Endpoint | None:
-    """What `http.json` says (the last service to serve this state directory), or None."""
+    """What the endpoint file says (the last service to serve this state directory), or None."""
     try:
-        doc = json.loads((state_dir / ENDPOINT_FILE).read_text(encoding="utf-8"))
+        doc = json.loads(StateDir(state_dir).endpoint.read_text(encoding="utf-8"))
         return Endpoint(url=str(doc["url"]), pid=int(doc["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _write_endpoint(state_dir: Path, endpoint: Endpoint) -> None:
-    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".http-")  # 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"url": endpoint.url, "pid": endpoint.pid}, f)
-            f.write("\n")
-        os.replace(tmp, state_dir / ENDPOINT_FILE)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    statedir.write_file(StateDir(state_dir).endpoint, json.dumps({"url": endpoint.url, "pid": endpoint.pid}) + "\n")
 
 
 def _remove_endpoint(state_dir: Path, endpoint: Endpoint) -> None:
     if read_endpoint(state_dir) == endpoint:
         with contextlib.suppress(OSError):
-            (state_dir / ENDPOINT_FILE).unlink()
+            StateDir(state_dir).endpoint.unlink()
 
 
 # -- the server ---------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ replies and reminders, the turn loop's turns and attempts) goes through `Inbox`,
 follow it, once per commit and only after it:
 
 - a wake stored, a reminder set or cancelled rings the doorbell the turn loop sleeps on; a task's end,
-  whose wake the task engine writes in the task's own transaction (store.py: never one without the
+  whose wake the task engine writes in the task's own transaction (store/tasks.py: never one without the
   other), reaches it through the hook the engine is given (`TaskEngine(on_wake=inbox.wake_committed)`);
 - an outbox entry (a reply, the notice of wakes set aside) and a turn's start and end are announced on
   the live feed (`outbox -f`, `tail -f`).
@@ -35,8 +35,11 @@ import anyio.to_thread
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.prompt import Prompt
-from hyperhive.harness.records import OutboxRow, QueueCounts, Records, TurnEnd, TurnRow
-from hyperhive.store import Store, TaskRow, WakeRow
+from hyperhive.harness.records import OutboxRow, Records, TurnEnd, TurnRow
+from hyperhive.store.database import Store
+from hyperhive.store.sessions import SessionTable
+from hyperhive.store.tasks import TaskRow, TaskTable
+from hyperhive.store.wakes import QueueCounts, WakeRow
 from hyperhive.worker import SerialWorker
 
 _T = TypeVar("_T")
@@ -197,8 +200,8 @@ class Inbox:
             return Summary(
                 last_turn=records.last_turn(),
                 counts=records.counts(),
-                tasks=records.store.unfinished_tasks(),
-                session=records.store.current_session(session_key),
+                tasks=TaskTable(records.store).unfinished(),
+                session=SessionTable(records.store).current(session_key),
                 turns=records.turn_count(),
             )
 

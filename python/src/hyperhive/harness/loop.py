@@ -37,7 +37,7 @@ from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import describe_sqlite_error
+from hyperhive.store.database import describe_sqlite_error
 
 log = logging.getLogger("hyperhive.harness")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from hyperhive.store import WakeRow
+from hyperhive.store.wakes import WakeRow
 
 MAX_WAKES = 32
 MAX_CHARS = 32_000

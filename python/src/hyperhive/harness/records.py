@@ -4,9 +4,11 @@ Every change that must not be seen half-done is one transaction: a turn's start 
 each wake it carries; a turn's end and the delivery of its wakes; a wake set aside and the outbox notice
 that says so. A crash between two of these loses nothing: an undelivered wake is simply carried again.
 
-These are the queries alone, synchronous, on one connection, with no side effects. The service reaches
-them only through `harness/inbox.py` (worker threads, the doorbell, the live feed); the operator CLI,
-which reads the store (and stores a `send`) when no service runs, uses them directly.
+This module writes the `turns` and `outbox` tables, and only it; the wakes it changes are changed through
+store/wakes.py, inside its transactions. These are the queries alone, synchronous, on one connection, with
+no side effects. The service reaches them only through `harness/inbox.py` (worker threads, the doorbell,
+the live feed); the operator CLI, which reads the store (and stores a `send`) when no service runs, uses
+them directly.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from hyperhive.store import WAKE_COLUMNS, WAKE_WAITING, Store, WakeRow
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import QueueCounts, WakeRow, WakeTable
 
 TurnOutcome = Literal["running", "answered", "cancelled", "failed", "interrupted"]
 OPERATOR = "operator"
@@ -72,13 +75,6 @@ class TurnEnd:
     duration_ms: int | None = None
 
 
-@dataclass(frozen=True)
-class QueueCounts:
-    waiting: int  # due now
-    scheduled: int  # timers not yet due
-    set_aside: int
-
-
 _TURN_COLUMNS = ", ".join(TurnRow.__dataclass_fields__)
 _OUTBOX_COLUMNS = ", ".join(OutboxRow.__dataclass_fields__)
 # Stored results are for `status` and the log, not the transcript (which has every line): keep them short.
@@ -91,39 +87,28 @@ class Records:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.db = store.db
+        self.wakes = WakeTable(store)
 
     # -- wakes ---------------------------------------------------------------------------------------
 
     def add_wake(
         self, source: str, body: str, *, not_before: float | None = None, request_id: str | None = None
     ) -> WakeRow:
-        return self.store.add_wake(source, body, not_before=not_before, request_id=request_id)
+        return self.wakes.add(source, body, not_before=not_before, request_id=request_id)
 
     def waiting_wakes(self, *, now: float | None = None, limit: int = 1000) -> list[WakeRow]:
-        return self.store.pending_wakes(now=now, limit=limit)
+        return self.wakes.waiting(now=now, limit=limit)
 
     def exhausted_wakes(self, max_attempts: int) -> list[int]:
         """Waiting wakes that `max_attempts` turns have already tried to carry, oldest first."""
-        rows = self.db.execute(
-            f"SELECT id FROM wakes WHERE {WAKE_WAITING} AND attempts >= ? ORDER BY id", (max_attempts,)
-        ).fetchall()
-        return [int(r[0]) for r in rows]
+        return self.wakes.exhausted(max_attempts)
 
     def next_due(self, *, now: float | None = None) -> float | None:
         """When the earliest wake that is not yet due becomes due (timers), or None."""
-        (due,) = self.store.one(
-            f"SELECT MIN(not_before) FROM wakes WHERE {WAKE_WAITING} AND not_before > ?",
-            (time.time() if now is None else now,),
-        )
-        return None if due is None else float(due)
+        return self.wakes.next_due(now=now)
 
     def counts(self, *, now: float | None = None) -> QueueCounts:
-        now = time.time() if now is None else now
-        waiting, scheduled = self.store.one(
-            f"SELECT SUM(not_before <= ?), SUM(not_before > ?) FROM wakes WHERE {WAKE_WAITING}", (now, now)
-        )
-        (aside,) = self.store.one("SELECT COUNT(*) FROM wakes WHERE set_aside_at IS NOT NULL", ())
-        return QueueCounts(int(waiting or 0), int(scheduled or 0), int(aside))
+        return self.wakes.counts(now=now)
 
     def set_aside(self, wake_ids: list[int], reason: str) -> int | None:
         """Stop retrying these wakes; one outbox notice says so, in the same transaction. Returns its id."""
@@ -131,10 +116,7 @@ class Records:
             return None
         now = time.time()
         with self.store.transaction() as db:
-            db.executemany(
-                "UPDATE wakes SET set_aside_at = ?, set_aside_reason = ? WHERE id = ? AND delivered_at IS NULL",
-                [(now, reason, i) for i in wake_ids],
-            )
+            self.wakes.set_aside(wake_ids, reason, now=now)
             ids = ", ".join(str(i) for i in wake_ids)
             cur = db.execute(
                 "INSERT INTO outbox (created_at, source, body) VALUES (?, ?, ?)",
@@ -145,23 +127,15 @@ class Records:
     # -- reminders (timer wakes) ---------------------------------------------------------------------
 
     def add_reminder(self, after_secs: float, body: str) -> WakeRow:
-        return self.store.add_wake(TIMER, body, not_before=time.time() + after_secs)
+        return self.wakes.add(TIMER, body, not_before=time.time() + after_secs)
 
     def reminders(self) -> list[WakeRow]:
         """Timer wakes not yet delivered or cancelled, soonest first."""
-        rows = self.db.execute(
-            f"SELECT {WAKE_COLUMNS} FROM wakes WHERE source = ? AND {WAKE_WAITING} ORDER BY not_before, id",
-            (TIMER,),
-        ).fetchall()
-        return [WakeRow(*r) for r in rows]
+        return self.wakes.waiting_from(TIMER)
 
     def cancel_reminder(self, wake_id: int) -> bool:
         """Cancel a reminder that has not been delivered yet; False when there is no such reminder."""
-        cur = self.db.execute(
-            f"UPDATE wakes SET cancelled_at = ? WHERE id = ? AND source = ? AND {WAKE_WAITING}",
-            (time.time(), wake_id, TIMER),
-        )
-        return cur.rowcount == 1
+        return self.wakes.cancel(wake_id, TIMER)
 
     # -- turns ---------------------------------------------------------------------------------------
 
@@ -177,8 +151,7 @@ class Records:
 
     def attempt(self, wake_ids: Sequence[int]) -> None:
         """Count an attempt for each of these wakes (one transaction)."""
-        with self.store.transaction() as db:
-            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in wake_ids])
+        self.wakes.charge(wake_ids)
 
     def end_turn(
         self,
@@ -212,12 +185,9 @@ class Records:
                     turn_id,
                 ),
             )
-            db.executemany(
-                "UPDATE wakes SET delivered_at = ?, turn_id = ? WHERE id = ? AND delivered_at IS NULL",
-                [(now, turn_id, i) for i in deliver],
-            )
-            db.executemany("UPDATE wakes SET attempts = MAX(0, attempts - 1) WHERE id = ?", [(i,) for i in refund])
-            db.executemany("UPDATE wakes SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in attempt])
+            self.wakes.mark_delivered(deliver, turn_id=turn_id, now=now)
+            self.wakes.refund(refund)
+            self.wakes.charge(attempt)
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""

@@ -5,8 +5,9 @@
 
 The harness's tables are reached through one `Inbox` (harness/inbox.py), which also rings the loop's
 doorbell and announces on the live feed; the engine reports the wakes of ended tasks to it (`on_wake`).
-The store's connections here, one per user: the inbox's writer and reader (worker threads), the engine's
-(its worker thread) and the runtime's (its sessions, used on the event loop).
+The store's connections here, one per user, each used from its own worker thread (SQLite never runs on
+the event loop): the inbox's writer and reader, the engine's, and the runtime's sessions'. Every path in
+the state directory comes from `config.state` (statedir.py).
 
 Everything lives in one task group under one cancel scope; the order above is the order of start, and
 shutdown runs it backwards, each step bounded: the turn in flight is interrupted through the runtime
@@ -33,7 +34,7 @@ from hyperhive import __version__
 from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
-from hyperhive.harness.control import SOCKET_NAME, ControlServer, Handler, Reply, RequestRefused
+from hyperhive.harness.control import ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
@@ -42,8 +43,11 @@ from hyperhive.harness.records import OPERATOR
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store import Store, describe_sqlite_error, prepare_state_dir
+from hyperhive.statedir import prepare
+from hyperhive.store.database import Store, describe_sqlite_error
+from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
 
@@ -152,21 +156,20 @@ def _clean(body: str) -> str:
 
 async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
     """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
-    state = config.state_dir
-    prepare_state_dir(state)  # 0700; refused when others can write it
-    socket_path = state / SOCKET_NAME
+    state = config.state
+    prepare(state.root)  # 0700; refused when others can write it
     notifier = SystemdNotifier()
-    with ServiceLock(state), contextlib.ExitStack() as closing:
-        inbox = await Inbox.open(config.db_path, feed=LiveFeed())
+    with ServiceLock(state.lock), contextlib.ExitStack() as closing:
+        inbox = await Inbox.open(state.db, feed=LiveFeed())
         closing.callback(inbox.close)
-        engine_store = await anyio.to_thread.run_sync(Store, config.db_path)
+        engine_store = await anyio.to_thread.run_sync(Store, state.db)
         closing.callback(engine_store.close)
-        sessions = await anyio.to_thread.run_sync(Store, config.db_path)
-        closing.callback(sessions.close)
+        sessions_store = await anyio.to_thread.run_sync(Store, state.db)
+        closing.callback(sessions_store.close)
         try:
             interrupted = await inbox.interrupt_running_turns()
         except sqlite3.Error as exc:  # a full state directory after a crash: one line and exit 3, no traceback
-            raise StoreError(describe_sqlite_error(exc, config.db_path), path=str(config.db_path)) from exc
+            raise StoreError(describe_sqlite_error(exc, state.db), path=str(state.db)) from exc
         if interrupted > 0:
             log.warning(
                 "%d turn(s) were still running when the service last stopped; their wakes are carried again",
@@ -174,20 +177,19 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
             )
         # A predecessor killed with no cleanup may have left its agent (or a claude turn) running: end it,
         # then record our own children the same way (procs/registry.py).
-        children = state / "harness" / "children"
-        await end_leftovers(children)
-        record_children_in(children)
+        await end_leftovers(state.children)
+        record_children_in(state.children)
         # Processes the service starts (the agent, its bash servers, tasks) find the service here.
-        os.environ["HIVE_SOCKET"] = str(socket_path)
-        transcript = TranscriptSink(config.transcripts_dir)
+        os.environ["HIVE_SOCKET"] = str(state.socket)
+        transcript = TranscriptSink(state.transcripts)
         try:
-            engine = TaskEngine(engine_store, config.tasks_dir, config.workdir, on_wake=inbox.wake_committed)
+            engine = TaskEngine(TaskTable(engine_store), state.tasks, config.workdir, on_wake=inbox.wake_committed)
             async with engine:
                 return await _run(
                     config,
                     engine,
                     inbox=inbox,
-                    sessions=sessions,
+                    sessions=Sessions(sessions_store),
                     notifier=notifier,
                     transcript=transcript,
                     policy=policy,
@@ -202,12 +204,12 @@ async def _run(
     engine: TaskEngine,
     *,
     inbox: Inbox,
-    sessions: Store,
+    sessions: Sessions,
     notifier: SystemdNotifier,
     transcript: TranscriptSink,
     policy: LoopPolicy | None,
 ) -> int:
-    socket_path = config.state_dir / SOCKET_NAME
+    socket_path = config.state.socket
     agent_config = dataclasses.replace(config, socket=socket_path)
     runtime: Runtime | None = None
     loop: TurnLoop | None = None

@@ -18,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from pathlib import Path
 
+from hyperhive import statedir
 from hyperhive.procs.group import group_alive, process_start, terminate_group
 
 log = logging.getLogger("hyperhive.procs")
@@ -33,10 +33,7 @@ class _Recording:
 def record_children_in(directory: Path | None) -> None:
     """From now on, every `Child` spawned by this process is recorded in `directory` (None: stop recording)."""
     if directory is not None:
-        # Each missing level 0700: `mkdir(parents=True)` would give the parents the umask's mode.
-        for level in [*reversed(directory.parents), directory]:
-            if not level.exists():
-                level.mkdir(mode=0o700, exist_ok=True)
+        statedir.make_dirs(directory)
     _Recording.directory = directory
 
 
@@ -45,13 +42,8 @@ def remember(pid: int, label: str) -> None:
     if _DIR is None:
         return
     entry = json.dumps({"pid": pid, "start": process_start(pid), "label": label})
-    path = _DIR / str(pid)
-    tmp = _DIR / f".{pid}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(entry)
-        os.replace(tmp, path)
+        statedir.write_file(statedir.child_entry(_DIR, pid), entry)
     except OSError as exc:
         log.warning("cannot record child %s (pid %d) in %s: %s", label, pid, _DIR, exc)
 
@@ -59,7 +51,7 @@ def remember(pid: int, label: str) -> None:
 def forget(pid: int) -> None:
     if _Recording.directory is not None:
         with contextlib.suppress(OSError):
-            (_Recording.directory / str(pid)).unlink()
+            statedir.child_entry(_Recording.directory, pid).unlink()
 
 
 def _recorded(directory: Path) -> list[tuple[Path, int, str | None, str]]:

@@ -11,22 +11,22 @@ from hyperhive.runtime.base import ListSink, Runtime, Sink, TeeSink
 
 if TYPE_CHECKING:
     from hyperhive.config import Config
-    from hyperhive.store import Store
+    from hyperhive.runtime.sessions import Sessions
 
 __all__ = ["ListSink", "Runtime", "Sink", "TeeSink", "make_runtime"]
 
 
-def make_runtime(config: Config, store: Store) -> Runtime:
-    """The backend `config.runtime` names, sharing `store` for its session records."""
+def make_runtime(config: Config, sessions: Sessions) -> Runtime:
+    """The backend `config.runtime` names, keeping its session in `sessions`."""
     if config.runtime == "acp":
         from hyperhive.runtime.acp import AcpRuntime
 
         return AcpRuntime(
             config,
-            store,
+            sessions,
             permission_policy=config.acp_permission_policy,
             start_timeout=config.acp_start_timeout,
         )
     from hyperhive.runtime.claude import ClaudeRuntime
 
-    return ClaudeRuntime(config, store)
+    return ClaudeRuntime(config, sessions)

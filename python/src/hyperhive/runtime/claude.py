@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 
+from hyperhive import statedir
 from hyperhive.config import Config
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, ClaudeProcess
 from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnError, TurnFailed
-from hyperhive.runtime.sessions import record_session
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, parse_line
-from hyperhive.store import Store
 
 log = logging.getLogger("hyperhive.runtime.claude")
-
-MCP_CONFIG_FILE = "claude-mcp.json"
 
 
 @dataclass
@@ -57,9 +54,9 @@ class ClaudeRuntime:
 
     name = "claude"
 
-    def __init__(self, config: Config, store: Store) -> None:
+    def __init__(self, config: Config, sessions: Sessions) -> None:
         self.config = config
-        self.store = store
+        self.sessions = sessions
         self._turn: _Turn | None = None
 
     # -- the Runtime operations ----------------------------------------------------------------------
@@ -75,12 +72,12 @@ class ClaudeRuntime:
 
     async def compact(self) -> None:
         """`/compact` on the recorded session; output discarded, failure raised. No session: nothing to do."""
-        if self.store.current_session(self.name) is None:
+        if await self.sessions.current(self.name) is None:
             return
         await self.run("/compact", _Discard())
 
     async def archive(self) -> None:
-        self.store.archive_session(self.name)
+        await self.sessions.archive(self.name)
 
     def interrupt(self) -> bool:
         """Stop the turn in flight: SIGINT to claude's group, the kill ladder after `cancel_grace`.
@@ -121,21 +118,15 @@ class ClaudeRuntime:
     def write_mcp_config(self) -> Path:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
         doc = self.config.agent_mcp_servers().claude_config()
-        state = self.config.state_dir
-        state.mkdir(parents=True, exist_ok=True)
-        path = state / MCP_CONFIG_FILE
-        tmp = state / f".{MCP_CONFIG_FILE}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), 0o600)  # O_CREAT keeps the mode of a file left by a crash
-            json.dump(doc, f, indent=2)
-        os.replace(tmp, path)
+        path = self.config.state.claude_mcp_config
+        statedir.make_dirs(path.parent)
+        statedir.write_file(path, json.dumps(doc, indent=2))
         return path
 
     # -- one turn ------------------------------------------------------------------------------------
 
     async def _run(self, turn: _Turn, prompt: str) -> ResultLine:
-        resume = self.store.current_session(self.name)
+        resume = await self.sessions.current(self.name)
         turn.state.session_id = resume
         try:
             mcp_config = self.write_mcp_config()
@@ -228,14 +219,14 @@ class ClaudeRuntime:
                 result = ResultLine(
                     result="interrupted", session_id=state.session_id, duration_ms=turn.duration_ms, num_turns=0
                 )
-            self._record(result.session_id or state.session_id)
+            await self._record(result.session_id or state.session_id)
             mark_cancelled(result)
             await turn.sink.emit(result)
             return result
         if result is None:
             raise await self._failed(turn, AgentExited(self.config.claude_command, code, proc.stderr_tail))
         # The result arrived, so claude has saved the session, even for a failed turn.
-        self._record(result.session_id or state.session_id)
+        await self._record(result.session_id or state.session_id)
         if result.is_error or (code != 0 and not proc.killed):
             error = self._result_error(result, code, proc)
             result.is_error = True
@@ -254,9 +245,9 @@ class ClaudeRuntime:
             log.warning("claude printed a line that is not stream-json; skipped: %s", exc.message)
             return None
 
-    def _record(self, session_id: str | None) -> None:
+    async def _record(self, session_id: str | None) -> None:
         if session_id:
-            record_session(self.store, self.name, session_id)
+            await self.sessions.record(self.name, session_id)
 
     async def _failed(self, turn: _Turn, error: TurnError) -> TurnError:
         """Report the failure as the turn's result line, attach it to the error, and hand the error back."""

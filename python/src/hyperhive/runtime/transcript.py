@@ -11,22 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from hyperhive import statedir
 from hyperhive.runtime.stream import ResultLine, StreamLine, dump_line
 
 log = logging.getLogger("hyperhive.runtime")
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def transcript_name(session_id: str) -> str:
-    """A file name for a session id: anything outside `[A-Za-z0-9._-]` becomes `_` (no `/`, no `..`)."""
-    safe = _UNSAFE.sub("_", session_id).lstrip(".")
-    return f"{safe or '_'}.jsonl"
 
 
 class TranscriptSink:
@@ -62,10 +53,9 @@ class TranscriptSink:
         if self._file is None:
             session_id = getattr(line, "session_id", None)
             if isinstance(session_id, str) and session_id:
-                self._open(transcript_name(session_id))
+                self._open(session_id)
             elif isinstance(line, ResultLine):
-                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-                self._open(f"unknown-{stamp}.jsonl")
+                self._open(None)
             else:
                 self._pending.append(line)
                 return
@@ -80,8 +70,7 @@ class TranscriptSink:
         """Write out lines still waiting for a session id, and close the file."""
         try:
             if self._pending and self._failed is None:
-                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-                self._open(f"unknown-{stamp}.jsonl")
+                self._open(None)
                 for waiting in self._pending:
                     self._write(waiting)
                 self._pending.clear()
@@ -111,10 +100,11 @@ class TranscriptSink:
         )
         self._failed, self._dropped = None, 0
 
-    def _open(self, name: str) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = self.dir / name
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    def _open(self, session_id: str | None) -> None:
+        """The session's file (a new `unknown-...` one without a session id), made as statedir.py says."""
+        statedir.make_dirs(self.dir)
+        self.path = statedir.transcript(self.dir, session_id)
+        fd = statedir.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def _write(self, line: StreamLine) -> None:

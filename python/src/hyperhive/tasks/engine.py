@@ -44,10 +44,12 @@ from typing import Literal, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from hyperhive import statedir
 from hyperhive.errors import StoreError, StoreUnavailable, UnknownTask
 from hyperhive.procs import wait_exit
 from hyperhive.procs.group import process_start, same_process, terminate_group
-from hyperhive.store import Store, TaskRow, TaskStatus, describe_sqlite_error, private_dir
+from hyperhive.store.database import Store, describe_sqlite_error
+from hyperhive.store.tasks import TaskRow, TaskStatus, TaskTable
 from hyperhive.tasks import cgroup as cgroup_mod
 from hyperhive.tasks.args import DEFAULT_WAIT, check_cmd, check_id, check_timeout, check_wait
 from hyperhive.tasks.output import Tail, last_lines, read_tail
@@ -179,7 +181,7 @@ class TaskEngine:
 
     def __init__(
         self,
-        store: Store,
+        table: TaskTable,
         tasks_dir: Path,
         workdir: Path,
         *,
@@ -188,7 +190,7 @@ class TaskEngine:
         cgroup: str | Path | None = None,
         on_wake: Callable[[], None] | None = None,
     ) -> None:
-        self.store = store
+        self.table = table
         self._on_wake = on_wake
         self.tasks_dir = tasks_dir
         self.workdir = workdir
@@ -202,7 +204,7 @@ class TaskEngine:
         self._unwritten: dict[int, TaskRow] = {}
         self._leftovers: dict[int, _Leftover] = {}
         self._db_worker = SerialWorker()
-        self._read_store: Store | None = None
+        self._read_table: TaskTable | None = None
         self._tg: TaskGroup | None = None
         # How far the host has gone, forward only: stopping (it said so; nothing killed yet), then closing
         # (`shutdown`: the engine kills). Read when an end is recorded (`_end_status`).
@@ -216,7 +218,7 @@ class TaskEngine:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> TaskEngine:
-        self._prepare_tasks_dir()
+        statedir.ensure_dir(self.tasks_dir, "tasks directory")  # harness/ too, each level 0700
         self._cgroups = cgroup_mod.setup(self._cgroup_spec)
         self.recovered = anyio.Event()
         self._tg = anyio.create_task_group()
@@ -237,25 +239,9 @@ class TaskEngine:
         try:
             return await self._tg.__aexit__(et, e, tb)
         finally:
-            if self._read_store is not None:
-                self._read_store.close()
-                self._read_store = None
-
-    def _prepare_tasks_dir(self) -> None:
-        """`harness/bash-tasks`, 0700; a clear StoreError if it cannot be (say it is a file)."""
-        try:
-            # Its parent (`harness/`) too: pathlib gives the parents it makes the umask's mode (0755).
-            self.tasks_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.tasks_dir.mkdir(mode=0o700, exist_ok=True)
-        except FileExistsError:
-            raise StoreError(f"{self.tasks_dir} exists and is not a directory", path=str(self.tasks_dir)) from None
-        except OSError as exc:
-            raise StoreError(
-                f"cannot create the tasks directory {self.tasks_dir}: {exc.strerror or exc}", path=str(self.tasks_dir)
-            ) from exc
-        if not self.tasks_dir.is_dir():
-            raise StoreError(f"{self.tasks_dir} exists and is not a directory", path=str(self.tasks_dir))
-        private_dir(self.tasks_dir)
+            if self._read_table is not None:
+                self._read_table.store.close()
+                self._read_table = None
 
     def host_stopping(self) -> None:
         """The host has begun to stop (its first SIGTERM): its tasks are about to die with it.
@@ -306,7 +292,7 @@ class TaskEngine:
 
         The orphans are dealt with concurrently, each marked (with its wake) as soon as its group is gone.
         """
-        rows = await self._db(self.store.unfinished_tasks)
+        rows = await self._db(self.table.unfinished)
         orphans = [
             row
             for row in rows
@@ -363,7 +349,7 @@ class TaskEngine:
         for task_id, path in self._cgroups.stale():
             if task_id in self._live or task_id in self._leftovers:
                 continue
-            row = await self._db(self.store.find_task, task_id)
+            row = await self._db(self.table.find, task_id)
             if row is not None and not row.final and same_process(row.owner_pid, row.owner_start):
                 continue  # a live engine's task
             await cgroup_mod.kill_and_wait(path)
@@ -377,7 +363,7 @@ class TaskEngine:
         wait = check_wait(wait_seconds)
         tg = self._require_started()
 
-        create = functools.partial(self.store.create_task, cmd, str(self.workdir), timeout, self._pid, self._start)
+        create = functools.partial(self.table.create, cmd, str(self.workdir), timeout, self._pid, self._start)
         row = await self._db(create, what="the task was not started")
         live = await self._spawn(row)
         if live is None:
@@ -406,7 +392,7 @@ class TaskEngine:
         if live is not None:
             live.kill_requested = True  # the supervisor reads it from here; the store gets it for others
             try:
-                await self._db(self.store.request_kill, tid)
+                await self._db(self.table.request_kill, tid)
             except StoreUnavailable as exc:
                 log.warning("task %d: kill request not recorded (%s); killing it all the same", tid, exc)
             survived = await self._kill_everything(live.pgid, live.cgroup)
@@ -425,7 +411,7 @@ class TaskEngine:
                 cgroup_mod.remove(left.cgroup)
             return KillResult(self.view(row), survived, was_running=False, leftovers=count)
         # Someone else's task (another process), or one whose host died.
-        await self._db(self.store.request_kill, tid, what="the kill was not requested")
+        await self._db(self.table.request_kill, tid, what="the kill was not requested")
         survived = signalled = False
         if row.pid is not None and same_process(row.pid, row.pid_start):
             signalled = True
@@ -452,20 +438,20 @@ class TaskEngine:
         timeout is short). Raises StoreUnavailable if the store cannot be read.
         """
         try:
-            rows = self._reader().list_tasks(limit=limit)
+            rows = self._reader().recent(limit=limit)
         except (sqlite3.Error, StoreError) as exc:
             raise StoreUnavailable(f"cannot list the tasks: {exc}") from exc
         return [self._memory_row(r.id) or r for r in rows]
 
-    def _reader(self) -> Store:
+    def _reader(self) -> TaskTable:
         """A connection of the event loop's own, for the few reads that must not await the worker thread."""
-        if self._read_store is None:
-            self._read_store = Store(self.store.path, busy_timeout_ms=100)
-        return self._read_store
+        if self._read_table is None:
+            self._read_table = TaskTable(Store(self.table.store.path, busy_timeout_ms=100))
+        return self._read_table
 
     def _kill_requested_elsewhere(self, tid: int) -> bool:
         try:
-            row = self._reader().find_task(tid)
+            row = self._reader().find(tid)
         except (sqlite3.Error, StoreError) as exc:
             log.warning("task %d: cannot read whether a kill was requested: %s", tid, exc)
             return False
@@ -485,10 +471,10 @@ class TaskEngine:
         return TaskView(row, read_tail(self.out_path(row.id)), read_tail(self.err_path(row.id)), remaining, containment)
 
     def out_path(self, task_id: int) -> Path:
-        return self.tasks_dir / f"{task_id}.out"
+        return statedir.task_output(self.tasks_dir, task_id, "out")
 
     def err_path(self, task_id: int) -> Path:
-        return self.tasks_dir / f"{task_id}.err"
+        return statedir.task_output(self.tasks_dir, task_id, "err")
 
     # -- the store, off the event loop ---------------------------------------------------------------
 
@@ -501,8 +487,8 @@ class TaskEngine:
         try:
             return await self._db_worker.run(fn, *args, **kwargs)
         except sqlite3.Error as exc:
-            problem = describe_sqlite_error(exc, self.store.path)
-            raise StoreUnavailable(f"{problem}{'; ' + what if what else ''}", path=str(self.store.path)) from exc
+            problem = describe_sqlite_error(exc, self.table.store.path)
+            raise StoreUnavailable(f"{problem}{'; ' + what if what else ''}", path=str(self.table.store.path)) from exc
 
     def _memory_row(self, tid: int) -> TaskRow | None:
         end = self._ends.get(tid)
@@ -511,11 +497,11 @@ class TaskEngine:
     async def _row(self, tid: int) -> TaskRow:
         row = self._memory_row(tid)
         if row is None:
-            row = await self._db(self.store.get_task, tid)
+            row = await self._db(self.table.get, tid)
         return row
 
     async def _find(self, tid: int, asked: object) -> TaskRow:
-        row = self._memory_row(tid) or await self._db(self.store.find_task, tid)
+        row = self._memory_row(tid) or await self._db(self.table.find, tid)
         if row is None:
             raise UnknownTask(asked)
         return row
@@ -561,7 +547,7 @@ class TaskEngine:
         while True:
             try:
                 recorded = await self._db(
-                    self.store.write_end,
+                    self.table.write_end,
                     row.id,
                     row.status,
                     exit_code=row.exit_code,
@@ -627,7 +613,7 @@ class TaskEngine:
             live = _Live(row.id, proc.pid, proc, running, timeout=row.timeout_secs, cgroup=path)
             self._live[row.id] = live
             try:
-                await self._db(self.store.mark_running, row.id, proc.pid, pid_start, started)
+                await self._db(self.table.mark_running, row.id, proc.pid, pid_start, started)
             except StoreUnavailable as exc:
                 # Answered from memory; the end's write fills in pid and start (a restart cannot find this
                 # group to kill it until then: logged).
@@ -648,12 +634,12 @@ class TaskEngine:
             if path is None or self._cgroups is None
             else self._cgroups.spawn_argv(path, row.cmd, gate=_GATE)
         )
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
         out = err = gate = go = -1
         try:
             gate, go = os.pipe()  # both close-on-exec: no other child inherits the write end
-            out = os.open(self.out_path(row.id), flags, 0o600)
-            err = os.open(self.err_path(row.id), flags, 0o600)
+            out = statedir.open_file(self.out_path(row.id), flags)
+            err = statedir.open_file(self.err_path(row.id), flags)
             proc = subprocess.Popen(
                 argv,
                 stdin=gate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperhive.store import TaskRow
+from hyperhive.store.tasks import TaskRow
 from hyperhive.tasks.engine import KillResult, TaskView, describe_end
 from hyperhive.tasks.output import Tail
 

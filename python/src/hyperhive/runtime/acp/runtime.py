@@ -35,9 +35,8 @@ from hyperhive.runtime.errors import (
     TurnFailed,
     Unsupported,
 )
-from hyperhive.runtime.sessions import record_session
+from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, SystemLine
-from hyperhive.store import Store
 
 logger = logging.getLogger("hyperhive.runtime.acp")
 
@@ -72,7 +71,7 @@ class AcpRuntime:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        sessions: Sessions,
         *,
         permission_policy: PermissionPolicy = "allow",
         start_timeout: float = 60.0,
@@ -84,7 +83,7 @@ class AcpRuntime:
         if permission_policy not in ("allow", "deny"):
             raise ValueError(f"permission_policy must be 'allow' or 'deny', not {permission_policy!r}")
         self.config = config
-        self.store = store
+        self.sessions = sessions
         self.command: str = config.acp_command
         self.permission_policy: PermissionPolicy = permission_policy
         self.start_timeout = start_timeout
@@ -130,7 +129,7 @@ class AcpRuntime:
     async def archive(self) -> None:
         """Forget the session (the next turn starts a new one); the agent process is kept."""
         async with self._lock:
-            archived = self.store.archive_session(self.session_key)
+            archived = await self.sessions.archive(self.session_key)
             if self._link is not None:
                 await self._link.close_session()
             logger.info("archived session %s of %s", archived, self.command)
@@ -214,7 +213,7 @@ class AcpRuntime:
         response, error = outcome.response, outcome.error
         if isinstance(response, PromptResponse):
             # Answered: from now on the agent holds this session, and a restart can load it.
-            record_session(self.store, self.session_key, translator.session_id)
+            await self.sessions.record(self.session_key, translator.session_id)
             if control.stopping == "idle":
                 await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
@@ -318,7 +317,7 @@ class AcpRuntime:
             return link.session_id
         servers = acp_mcp_servers(self.mcp_servers)
         cwd = self.config.workdir
-        recorded = self.store.current_session(self.session_key)
+        recorded = await self.sessions.current(self.session_key)
         if recorded is not None:
             if link.can_load:
                 try:

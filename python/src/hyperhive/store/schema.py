@@ -1,0 +1,103 @@
+"""The database's schema: the migrations that build it, one version at a time, and what they make.
+
+The version is `PRAGMA user_version`. A database is moved forward only, one migration after another, by
+`Store` when it opens it (store/database.py); a database from a newer hyperhive is refused untouched.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Each entry moves the schema from version i to i + 1. Append only; never edit a released one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE tasks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        cmd TEXT NOT NULL,
+        cwd TEXT NOT NULL,
+        status TEXT NOT NULL,
+        timeout_secs REAL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        error TEXT,
+        pid INTEGER,
+        pid_start TEXT,
+        owner_pid INTEGER NOT NULL,
+        owner_start TEXT NOT NULL,
+        kill_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX tasks_status ON tasks(status);
+    CREATE TABLE wakes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        not_before REAL NOT NULL,
+        delivered_at REAL
+    );
+    CREATE INDEX wakes_pending ON wakes(delivered_at, not_before);
+    """,
+    # 2: the agent sessions each runtime resumes (runtime key: "claude", or "acp:<command>").
+    """
+    CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        runtime TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used_at REAL NOT NULL,
+        archived_at REAL
+    );
+    CREATE INDEX sessions_current ON sessions(runtime, archived_at);
+    """,
+    # 3: the harness's turn loop. A wake counts the turns that tried to carry it (`attempts`), is set aside
+    # after too many failed ones (never retried forever), can be cancelled (a reminder the agent withdrew),
+    # and names the turn that delivered it. Turns are recorded; replies and notices go to the outbox.
+    """
+    ALTER TABLE wakes ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE wakes ADD COLUMN set_aside_at REAL;
+    ALTER TABLE wakes ADD COLUMN set_aside_reason TEXT;
+    ALTER TABLE wakes ADD COLUMN cancelled_at REAL;
+    ALTER TABLE wakes ADD COLUMN turn_id INTEGER;
+    CREATE TABLE turns (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        wake_ids TEXT NOT NULL,
+        prompt_chars INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        stop_reason TEXT,
+        error TEXT,
+        result TEXT,
+        session_id TEXT,
+        context_used INTEGER,
+        context_size INTEGER,
+        cost_usd REAL,
+        duration_ms INTEGER
+    );
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        created_at REAL NOT NULL,
+        source TEXT NOT NULL,
+        body TEXT NOT NULL,
+        turn_id INTEGER
+    );
+    """,
+    # 4: what a task used, read from its cgroup when it ran in one (CPU time, peak memory).
+    """
+    ALTER TABLE tasks ADD COLUMN cpu_usec INTEGER;
+    ALTER TABLE tasks ADD COLUMN memory_peak INTEGER;
+    """,
+    # 5: the client's id for a `send`, so that a send retried after a lost answer (the service killed
+    # between storing the wake and answering; the CLI then stores it itself) stores it once, not twice.
+    """
+    ALTER TABLE wakes ADD COLUMN request_id TEXT;
+    CREATE UNIQUE INDEX wakes_request_id ON wakes(request_id) WHERE request_id IS NOT NULL;
+    """,
+)
+# Every table a migration creates (and SQLite's own for AUTOINCREMENT), read from the migrations so the
+# list cannot fall behind them: a version-0 database holding any other table is not ours.
+OWN_TABLES = frozenset(re.findall(r"CREATE TABLE (\w+)", "".join(MIGRATIONS))) | {"sqlite_sequence"}
+SCHEMA_VERSION = len(MIGRATIONS)
