@@ -31,9 +31,8 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from hyperhive.errors import StoreError
 
@@ -58,8 +57,7 @@ TRANSCRIPT_SUFFIX = ".jsonl"
 Kind = Literal["dir", "file", "socket"]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One path of the layout: `pattern` relative to the state directory (`*` stands for one name's part)."""
 
     pattern: str
@@ -102,11 +100,25 @@ def entry_of(relative: str) -> Entry | None:
     return None
 
 
-@dataclass(frozen=True)
 class StateDir:
-    """The paths of one state directory. Asking costs nothing: nothing is created until someone does."""
+    """The paths of one state directory. Asking costs nothing: nothing is created until someone does.
 
-    root: Path
+    (A plain class, as `Entry` is a named tuple: a dataclass costs `hyperhive send` a millisecond to define.)
+    """
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StateDir) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"StateDir({str(self.root)!r})"
 
     def _at(self, relative: str) -> Path:
         return self.root.joinpath(*relative.split("/"))
