@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from hyperhive.errors import StoreError
 from hyperhive.store.database import Store
-from hyperhive.store.schema import MIGRATIONS, SCHEMA_VERSION
+from hyperhive.store.schema import MIGRATIONS, OWN_TABLES, SCHEMA_VERSION
 from hyperhive.store.sessions import SessionTable
 from hyperhive.store.wakes import WakeTable
 
@@ -131,23 +132,71 @@ def test_a_wake_survives_its_writer_being_killed(tmp_path: Path) -> None:
 
 def test_delivered_wakes_are_no_longer_pending_and_timers_wait_their_time(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        now = WakeTable(store).add("operator", "now")
-        WakeTable(store).add("timer", "later", not_before=now.created_at + 3600)
-        assert [w.body for w in WakeTable(store).waiting()] == ["now"]
-        WakeTable(store).mark_delivered([now.id])
-        assert WakeTable(store).waiting() == []
-        assert [w.body for w in WakeTable(store).waiting(now=now.created_at + 7200)] == ["later"]
+        wakes = WakeTable(store)
+        now = wakes.add("operator", "now")
+        wakes.add("timer", "later", not_before=now.created_at + 3600)
+        assert [w.body for w in wakes.waiting()] == ["now"]
+        wakes.mark_delivered([now.id])
+        assert wakes.waiting() == []
+        assert [w.body for w in wakes.waiting(now=now.created_at + 7200)] == ["later"]
 
 
 def test_sessions_record_resume_and_archive(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        assert SessionTable(store).current("claude") is None
-        SessionTable(store).record("claude", "a")
-        SessionTable(store).record("claude", "a")
-        SessionTable(store).record("acp:opencode", "x")
-        assert SessionTable(store).current("claude") == "a"
-        SessionTable(store).record("claude", "b")
-        assert SessionTable(store).current("claude") == "b"
-        assert SessionTable(store).archive("claude") == "b"
-        assert SessionTable(store).current("claude") is None
-        assert SessionTable(store).current("acp:opencode") == "x"
+        sessions = SessionTable(store)
+        assert sessions.current("claude") is None
+        sessions.record("claude", "a")
+        sessions.record("claude", "a")
+        sessions.record("acp:opencode", "x")
+        assert sessions.current("claude") == "a"
+        sessions.record("claude", "b")
+        assert sessions.current("claude") == "b"
+        assert sessions.archive("claude") == "b"
+        assert sessions.current("claude") is None
+        assert sessions.current("acp:opencode") == "x"
+
+
+def test_a_change_inside_another_tables_transaction_is_committed_or_rolled_back_with_it(tmp_path: Path) -> None:
+    """`Store.transaction()` joins one already open: a wake written inside a turn's end goes with it."""
+    with Store(tmp_path / "db") as store:
+        wakes = WakeTable(store)
+        with pytest.raises(RuntimeError), store.transaction():
+            wakes.add("operator", "rolled back", request_id="r-1")  # opens (joins) a transaction of its own
+            raise RuntimeError("the outer change failed")
+        assert wakes.waiting() == []
+        with store.transaction():
+            wakes.add("operator", "kept", request_id="r-2")
+            assert store.db.in_transaction  # the inner one did not commit the outer one
+        assert [w.body for w in wakes.waiting()] == ["kept"]
+
+
+SOURCE = Path(__file__).resolve().parents[2] / "python" / "src" / "hyperhive"
+WRITES = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM)\s+(\w+)")
+
+
+def writers(root: Path) -> dict[str, set[str]]:
+    """Each table a statement of ours writes, and the modules holding such statements."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for table in WRITES.findall(path.read_text()):
+            if table in OWN_TABLES:
+                found.setdefault(table, set()).add(path.relative_to(root).as_posix())
+    return found
+
+
+def test_each_table_is_written_by_one_module() -> None:
+    assert writers(SOURCE) == {
+        "tasks": {"store/tasks.py"},
+        "wakes": {"store/wakes.py"},
+        "sessions": {"store/sessions.py"},
+        "turns": {"harness/records.py"},
+        "outbox": {"harness/records.py"},
+    }
+
+
+def test_the_writers_guard_sees_a_second_writer(tmp_path: Path) -> None:
+    """The guard can fail: a wake inserted from another module is named."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "wakes.py").write_text('SQL = "INSERT INTO wakes (source) VALUES (?)"\n')
+    (tmp_path / "records.py").write_text('SQL = "UPDATE wakes SET attempts = 0"\n')
+    assert writers(tmp_path) == {"wakes": {"records.py", "store/wakes.py"}}
