@@ -352,10 +352,16 @@ def _temporary(path: Path) -> Iterator[tuple[int, Path]]:
             os.unlink(tmp)
 
 
+def _write_all(fd: int, text: str) -> None:
+    data = memoryview(text.encode("utf-8"))
+    while data:
+        data = data[os.write(fd, data) :]
+
+
 def write_file(path: Path, text: str) -> None:
     """Replace `path` by `text` at once (0600): readers see the old file or the new one, never a part."""
     with _temporary(path) as (fd, tmp):
-        os.write(fd, text.encode("utf-8"))  # small files: one write takes all of it
+        _write_all(fd, text)
         os.replace(tmp, path)
 
 
@@ -363,7 +369,7 @@ def create_once(path: Path, text: str) -> bool:
     """Create `path` holding `text` (0600, on disk before it has its name), unless it exists: an existing file
     is never replaced, even one made by another process a moment ago. False when it existed."""
     with _temporary(path) as (fd, tmp):
-        os.write(fd, text.encode("utf-8"))
+        _write_all(fd, text)
         os.fsync(fd)
         try:
             os.link(tmp, path)

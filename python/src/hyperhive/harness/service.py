@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from hyperhive import __version__
+from hyperhive import __version__, statedir
 from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
@@ -45,7 +45,6 @@ from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.statedir import prepare
 from hyperhive.store.database import Store, describe_sqlite_error
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
@@ -157,7 +156,7 @@ def _clean(body: str) -> str:
 async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
     """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
     state = config.state
-    prepare(state.root)  # 0700; refused when others can write it
+    statedir.prepare(state.root)  # 0700; refused when others can write it
     notifier = SystemdNotifier()
     with ServiceLock(state.lock), contextlib.ExitStack() as closing:
         inbox = await Inbox.open(state.db, feed=LiveFeed())
