@@ -1,5 +1,5 @@
 """The runtime layer against real agents: claude (stream-json), and over ACP opencode, claude-agent-acp,
-gemini-cli and codex-acp, each set up from its profile in hyperhive.agents.
+gemini-cli and codex-acp, each set up from its profile in tests/e2e/profiles.py.
 
 Each agent gets the same five turns, through `make_runtime` as the harness will drive it: a text turn, a
 turn calling our bash server, a cancel mid-turn, a restart that resumes the session, and a provider that
@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.agents import AGENTS, AgentProfile
 from hyperhive.config import Config
 from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
@@ -30,6 +29,7 @@ from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, Tool
 from hyperhive.store import Store
 from tests.e2e import agents
 from tests.e2e.fakes import fake_anthropic, fake_gemini, fake_openai
+from tests.e2e.profiles import AGENTS, AgentProfile
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
