@@ -13,7 +13,7 @@ import signal
 import anyio
 
 from hyperhive import __version__
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.config import Config
 from hyperhive.store import Store
 from hyperhive.tasks.engine import TaskEngine
@@ -26,7 +26,7 @@ async def serve_standalone(config: Config) -> None:
     """Serve on stdio, hosting the task engine here; SIGTERM/SIGINT and stdin EOF end it, tasks and all."""
     with Store(config.db_path) as store:
         async with TaskEngine(store, config.tasks_dir, config.workdir) as engine:
-            server = StdioServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
+            server = StandaloneServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
             async with anyio.create_task_group() as tg:
 
                 async def on_signal() -> None:
