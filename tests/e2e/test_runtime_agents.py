@@ -24,7 +24,7 @@ from hyperhive.config import Config
 from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
-from hyperhive.runtime.errors import IdleTimeout, TurnError, TurnFailed
+from hyperhive.runtime.errors import AgentReportedFailure, IdleTimeout, TurnError
 from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
 from hyperhive.store import Store
 from tests.e2e import agents
@@ -223,7 +223,7 @@ async def test_provider_answering_429_ends_in_idle_timeout(
         overrides["acp_env"] = {**agent.config.acp_env, "CLAUDE_CODE_MAX_RETRIES": "10"}
     # codex-acp 0.16 retries a 429 only a few times (1 s apart with retry-after: 1) and then fails the
     # prompt itself with a JSON-RPC error naming the 429, before the watchdog's 3 s of silence are up.
-    expected: type[TurnError] = TurnFailed if agent.profile.gives_up_on_429 else IdleTimeout
+    expected: type[TurnError] = AgentReportedFailure if agent.profile.gives_up_on_429 else IdleTimeout
     sink = ListSink()
     started = time.monotonic()
     async with agent.running(store, **overrides) as runtime:

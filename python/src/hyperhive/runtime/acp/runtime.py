@@ -27,12 +27,12 @@ from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, TurnControl
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import (
     AgentRefused,
+    AgentReportedFailure,
     CancelIgnored,
     IdleKilled,
     IdleTimeout,
     ProtocolError,
     TurnError,
-    TurnFailed,
     Unsupported,
 )
 from hyperhive.runtime.sessions import record_session
@@ -44,7 +44,7 @@ logger = logging.getLogger("hyperhive.runtime.acp")
 RUNTIME = "acp"
 
 
-class _TurnState:
+class _FailureFacts:
     """What a failed turn's `result` line reports, whatever step it failed at."""
 
     def __init__(self) -> None:
@@ -100,7 +100,7 @@ class AcpRuntime:
     # -- Runtime -------------------------------------------------------------------------------------------
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
-        state = _TurnState()
+        state = _FailureFacts()
         try:
             async with self._lock:
                 control = self._control = TurnControl()
@@ -153,7 +153,7 @@ class AcpRuntime:
 
     # -- one turn ------------------------------------------------------------------------------------------
 
-    async def _run(self, prompt: str, sink: Sink, control: TurnControl, state: _TurnState) -> ResultLine:
+    async def _run(self, prompt: str, sink: Sink, control: TurnControl, state: _FailureFacts) -> ResultLine:
         link = await self._ensure_link()
         try:
             session_id = state.session_id = await self._ensure_session(link)
@@ -208,7 +208,12 @@ class AcpRuntime:
         return outcome
 
     async def _conclude(
-        self, link: AgentLink, outcome: PromptOutcome, control: TurnControl, state: _TurnState, translator: Translator
+        self,
+        link: AgentLink,
+        outcome: PromptOutcome,
+        control: TurnControl,
+        state: _FailureFacts,
+        translator: Translator,
     ) -> ResultLine:
         """The turn's `result` line, or the TurnError saying why it failed."""
         response, error = outcome.response, outcome.error
@@ -231,7 +236,7 @@ class AcpRuntime:
             if control.stopping == "idle":
                 await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
-            raise TurnFailed(
+            raise AgentReportedFailure(
                 f"{link.label} answered the prompt with an error: {rpc_error(error)}",
                 code=error.code,
                 error_data=error.data,
@@ -243,7 +248,7 @@ class AcpRuntime:
             failure = await link.lost()
             await self._drop(link)
             raise failure
-        raise TurnFailed(f"session/prompt failed: {error!r}") from error
+        raise AgentReportedFailure(f"session/prompt failed: {error!r}") from error
 
     async def _drop_stuck(self, link: AgentLink) -> None:
         """An agent the watchdog had to stop is in a state nobody knows: still retrying the provider inside,
@@ -254,7 +259,7 @@ class AcpRuntime:
         await self._drop(link)
 
     def _result(
-        self, state: _TurnState, translator: Translator, *, stop_reason: str, usage: dict[str, Any]
+        self, state: _FailureFacts, translator: Translator, *, stop_reason: str, usage: dict[str, Any]
     ) -> ResultLine:
         return ResultLine(
             subtype="success",
