@@ -23,7 +23,7 @@ from hyperhive.runtime.acp.client import PermissionPolicy
 from hyperhive.runtime.acp.link import AgentLink, LoadFailed, acp_mcp_servers, invalid_reason, rpc_error
 from hyperhive.runtime.acp.translate import Translator, usage_fields
 from hyperhive.runtime.acp.transport import DEFAULT_MAX_LINE_BYTES
-from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, TurnControl
+from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, StopControl
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import (
     AgentRefused,
@@ -93,7 +93,7 @@ class AcpRuntime:
         self.session_key = f"acp:{config.acp_command}"
         self.mcp_servers = config.agent_mcp_servers()
         self._link: AgentLink | None = None
-        self._control: TurnControl | None = None
+        self._control: StopControl | None = None
         self._lock = anyio.Lock()
         self._closed = False
 
@@ -103,7 +103,7 @@ class AcpRuntime:
         state = _FailureFacts()
         try:
             async with self._lock:
-                control = self._control = TurnControl()
+                control = self._control = StopControl()
                 try:
                     result = await self._run(prompt, sink, control, state)
                 finally:
@@ -153,7 +153,7 @@ class AcpRuntime:
 
     # -- one turn ------------------------------------------------------------------------------------------
 
-    async def _run(self, prompt: str, sink: Sink, control: TurnControl, state: _FailureFacts) -> ResultLine:
+    async def _run(self, prompt: str, sink: Sink, control: StopControl, state: _FailureFacts) -> ResultLine:
         link = await self._ensure_link()
         try:
             session_id = state.session_id = await self._ensure_session(link)
@@ -183,7 +183,7 @@ class AcpRuntime:
         link: AgentLink,
         session_id: str,
         prompt: str,
-        control: TurnControl,
+        control: StopControl,
         translator: Translator,
         sink: Sink,
     ) -> PromptOutcome:
@@ -211,7 +211,7 @@ class AcpRuntime:
         self,
         link: AgentLink,
         outcome: PromptOutcome,
-        control: TurnControl,
+        control: StopControl,
         state: _FailureFacts,
         translator: Translator,
     ) -> ResultLine:
