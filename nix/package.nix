@@ -55,6 +55,7 @@ python.pkgs.buildPythonApplication {
     anyio
     pydantic
     click
+    h11
   ];
 
   # The tests live at the repository root (tests/), outside this source: the flake's `checks.pytest`

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from hyperhive import agents as hive_agents
-from hyperhive.agents import AGENTS, AgentProfile
+from tests.e2e import profiles
+from tests.e2e.profiles import AGENTS, AgentProfile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = REPO_ROOT / "peers"
@@ -84,7 +84,7 @@ def claude_env(tmp_path: Path, fake_anthropic: HasUrl | str, *, max_retries: int
 
 
 def profile_env(profile: AgentProfile, home: Path, fake: HasUrl | str) -> tuple[list[str], dict[str, str]]:
-    """The agent's extra arguments and environment from its profile (hyperhive.agents), pointed at `fake`,
+    """The agent's extra arguments and environment from its profile (tests/e2e/profiles.py), pointed at `fake`,
     with its HOME files written: how an operator would set it up, with a throwaway HOME."""
     setup = profile.setup(_origin(fake), "dummy")
     env = base_env(home)
@@ -107,7 +107,7 @@ def claude_acp_env(tmp_path: Path, fake_anthropic: HasUrl | str, *, max_retries:
 
 def opencode_config(fake_openai: HasUrl | str, **overrides: Any) -> dict[str, Any]:
     """opencode config using the fake provider as model ``hive/hive-model``; ``overrides`` are top-level keys."""
-    config: dict[str, Any] = {**hive_agents.opencode_config(_origin(fake_openai), "dummy"), **overrides}
+    config: dict[str, Any] = {**profiles.opencode_config(_origin(fake_openai), "dummy"), **overrides}
     return config
 
 
@@ -129,7 +129,7 @@ def opencode_env(tmp_path: Path, fake_openai: HasUrl | str, **config_overrides: 
 
 def gemini_env(tmp_path: Path, fake_gemini: HasUrl | str) -> dict[str, str]:
     """Env for ``gemini --acp`` against the fake Gemini API, with ``~/.gemini/settings.json`` selecting
-    API-key auth (hyperhive.agents has the details)."""
+    API-key auth (tests/e2e/profiles.py has the details)."""
     _, env = profile_env(AGENTS["gemini"], tmp_path / "home_gemini", fake_gemini)
     return env
 

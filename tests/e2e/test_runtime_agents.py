@@ -1,5 +1,5 @@
 """The runtime layer against real agents: claude (stream-json), and over ACP opencode, claude-agent-acp,
-gemini-cli and codex-acp, each set up from its profile in hyperhive.agents.
+gemini-cli and codex-acp, each set up from its profile in tests/e2e/profiles.py.
 
 Each agent gets the same five turns, through `make_runtime` as the harness will drive it: a text turn, a
 turn calling our bash server, a cancel mid-turn, a restart that resumes the session, and a provider that
@@ -20,17 +20,17 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.agents import AGENTS, AgentProfile
 from hyperhive.config import Config
 from hyperhive.mcp_servers import load_mcp_servers
 from hyperhive.runtime import make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
-from hyperhive.runtime.errors import IdleTimeout, TurnError, TurnFailed
+from hyperhive.runtime.errors import AgentReportedFailure, IdleTimeout, TurnError
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, SystemLine, ToolResultBlock, ToolUseBlock, UserLine
 from hyperhive.store.database import Store
 from tests.e2e import agents
 from tests.e2e.fakes import fake_anthropic, fake_gemini, fake_openai
+from tests.e2e.profiles import AGENTS, AgentProfile
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -224,7 +224,7 @@ async def test_provider_answering_429_ends_in_idle_timeout(
         overrides["acp_env"] = {**agent.config.acp_env, "CLAUDE_CODE_MAX_RETRIES": "10"}
     # codex-acp 0.16 retries a 429 only a few times (1 s apart with retry-after: 1) and then fails the
     # prompt itself with a JSON-RPC error naming the 429, before the watchdog's 3 s of silence are up.
-    expected: type[TurnError] = TurnFailed if agent.profile.gives_up_on_429 else IdleTimeout
+    expected: type[TurnError] = AgentReportedFailure if agent.profile.gives_up_on_429 else IdleTimeout
     sink = ListSink()
     started = time.monotonic()
     async with agent.running(store, **overrides) as runtime:

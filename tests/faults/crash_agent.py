@@ -1,4 +1,4 @@
-"""The demo agent (hyperhive.demo_agent) that also writes down every prompt it is given, for the crash rounds.
+"""The demo agent (hyperhive/demo_agent/) that also writes down every prompt it is given, for the crash rounds.
 
     python crash_agent.py            (an ACP agent on stdio, like `hyperhive demo-agent`)
 
@@ -23,8 +23,9 @@ import sys
 import time
 from typing import Any
 
-from hyperhive import demo_agent
-from hyperhive.demo_agent import ContentBlock, DemoAgent, prompt_text
+from hyperhive.demo_agent.agent import DemoAgent
+from hyperhive.demo_agent.plan import ContentBlock, prompt_text
+from hyperhive.demo_agent.stdio import serve
 
 CALLS = "agent-calls.jsonl"
 
@@ -48,13 +49,7 @@ class LoggingAgent(DemoAgent):
         return await super().prompt(session_id, prompt, **kwargs)
 
 
-async def serve() -> None:
-    in_fd, out_fd = demo_agent._protect_stdout()
-    reader, writer = await demo_agent._stdio_streams(in_fd, out_fd)
-    # Short MCP bound: a tool call to a service killed under it gives up quickly.
-    await demo_agent.run_agent(LoggingAgent(mcp_timeout=5.0), writer, reader, use_unstable_protocol=True)
-
-
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="crash-agent: %(message)s")
-    asyncio.run(serve())
+    # Short MCP bound: a tool call to a service killed under it gives up quickly.
+    asyncio.run(serve(LoggingAgent(mcp_timeout=5.0)))

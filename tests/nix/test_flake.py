@@ -97,6 +97,7 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         "anyio-4.11.0",
         "pydantic-2.11.7",
         "click-8.2.1",
+        "h11-0.16.0",
     ]
     assert out["acp"] == {
         "pname": "agent_client_protocol",

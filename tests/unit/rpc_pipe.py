@@ -1,6 +1,6 @@
 """Drives a bash MCP server in-process over two pipes, byte for byte, as a client would.
 
-Either server: the standalone one (`StdioServer`, a task on the test's event loop) or the forwarding one
+Either server: the standalone one (`StandaloneServer`, a task on the test's event loop) or the forwarding one
 (`ForwardingServer`, its reader in a worker thread, its calls answered by `fake_control.FakeService`).
 `Backend` makes one test run against both, so that the protocol rules are proven once for both.
 
@@ -25,12 +25,12 @@ from pydantic import BaseModel
 
 from hyperhive.bash_mcp import forward, jsonrpc
 from hyperhive.bash_mcp.forward import ForwardingServer
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.errors import ToolFailure
 from hyperhive.mcp_tool import Tool, ToolResult, ToolSpec
 from tests.unit.fake_control import BIG, FakeService, fake_service
 
-Server = StdioServer | ForwardingServer
+Server = StandaloneServer | ForwardingServer
 
 RESULT_TYPES: dict[str, type[BaseModel]] = {
     "initialize": mcp_types.InitializeResult,
@@ -218,7 +218,7 @@ class Backend:
         if self.service is None:
             event = gate.event if gate is not None else None
             assert event is None or isinstance(event, anyio.Event)
-            return StdioServer("test", "0", fake_tools(event))
+            return StandaloneServer("test", "0", fake_tools(event))
         specs = [ToolSpec(t.name, t.description, t.input_schema) for t in fake_tools()]
         return ForwardingServer(str(self.service.path), name="test", version="0", tools=specs, instructions="")
 

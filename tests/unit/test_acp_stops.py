@@ -17,12 +17,12 @@ from hyperhive.runtime.base import ListSink
 from hyperhive.runtime.errors import (
     AgentExited,
     AgentRefused,
+    AgentReportedFailure,
     CancelIgnored,
     IdleKilled,
     IdleTimeout,
     ProtocolError,
     TurnError,
-    TurnFailed,
 )
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine
@@ -226,7 +226,7 @@ async def test_agent_dying_while_an_escaped_grandchild_holds_its_pipes_fails_the
 
 async def test_json_rpc_error_on_the_prompt_fails_the_turn_with_the_agents_message(tmp_path: Path) -> None:
     async with acp_runtime(tmp_path) as h:
-        error, lines = await h.failing_turn("error", TurnFailed)
+        error, lines = await h.failing_turn("error", AgentReportedFailure)
         assert "Internal error: fake status 429" in error.message
         assert error.data["code"] == -32603
         assert_failed_result(error, lines)

@@ -16,7 +16,7 @@ import pytest
 from acp.schema import PermissionOption, SessionNotification, Usage
 
 from hyperhive.runtime.acp import Translator, choose_option, mcp_tool_name, tool_name
-from hyperhive.runtime.acp.gate import TurnFeed, UpdateGate
+from hyperhive.runtime.acp.gate import UpdateFeed, UpdateGate
 from hyperhive.runtime.acp.translate import (
     BLOCK_MAX_CHARS,
     RESULT_CUT,
@@ -24,7 +24,7 @@ from hyperhive.runtime.acp.translate import (
     UNFINISHED_TOOL_RESULT,
     usage_fields,
 )
-from hyperhive.runtime.acp.turn import TurnControl
+from hyperhive.runtime.acp.turn import StopControl
 from hyperhive.runtime.stream import (
     AssistantLine,
     ContextUsage,
@@ -272,7 +272,7 @@ async def replay_through_gate(name: str) -> list[StreamLine]:
     send, receive = anyio.create_memory_object_stream[StreamLine](math.inf)
     translator = Translator(session_id=_session_of(name), mcp_servers=SERVERS)
     gate = UpdateGate()
-    gate.arm(TurnFeed(translator.session_id, translator, send, TurnControl()))  # armed before the load
+    gate.arm(UpdateFeed(translator.session_id, translator, send, StopControl()))  # armed before the load
     ours: dict[int, str] = {}
     for raw in (CAPTURES / name).read_text(encoding="utf-8").splitlines():
         frame = json.loads(raw)

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from hyperhive.bash_mcp import jsonrpc
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.mcp_tool import Tool, ToolResult
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
@@ -40,10 +40,10 @@ async def big(args: dict[str, Any]) -> ToolResult:
 
 
 @asynccontextmanager
-async def bash_with_big_answers(tmp_path: Path) -> AsyncIterator[tuple[StdioServer, PipeClient, Store]]:
+async def bash_with_big_answers(tmp_path: Path) -> AsyncIterator[tuple[StandaloneServer, PipeClient, Store]]:
     with Store(tmp_path / "hyperhive.db") as store:
         async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine:
-            server = StdioServer("bash", "0", [*build_tools(engine), Tool("big", "", {"type": "object"}, big)])
+            server = StandaloneServer("bash", "0", [*build_tools(engine), Tool("big", "", {"type": "object"}, big)])
             async with serving(server) as client:
                 yield server, client, store
 

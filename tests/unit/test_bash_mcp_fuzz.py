@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hyperhive import jsontext
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
@@ -230,7 +230,7 @@ async def call_tools(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, 
         with Store(root / "hyperhive.db") as store:
             async with (
                 TaskEngine(TaskTable(store), root / "tasks", root, kill_grace=0.2) as engine,
-                serving(StdioServer("bash", "0", build_tools(engine))) as client,
+                serving(StandaloneServer("bash", "0", build_tools(engine))) as client,
             ):
                 answers = []
                 for n, (tool, args) in enumerate(calls):

@@ -19,7 +19,7 @@ import pytest
 from hyperhive import jsontext
 from hyperhive.bash_mcp import protocol
 from hyperhive.bash_mcp import protocol as jsonrpc  # the codes and bounds, as both servers use them
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from tests.unit.rpc_pipe import (
     BACKENDS,
     Backend,
@@ -246,7 +246,7 @@ async def test_exception_in_a_tool_is_an_internal_error_for_that_request_only() 
     """The standalone server's own tool code; the forwarding one runs none (test_bash_mcp_forward.py has
     what a failing service gives)."""
     gate = anyio.Event()
-    async with serving(StdioServer("test", "0", fake_tools(gate))) as client:
+    async with serving(StandaloneServer("test", "0", fake_tools(gate))) as client:
         await client.call("slow", "wait")
         await client.call("bad", "boom")
         with anyio.fail_after(10):

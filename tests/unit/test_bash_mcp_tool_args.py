@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from hyperhive.bash_mcp import jsonrpc
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
@@ -45,7 +45,7 @@ async def bash(tmp_path: Path, service: Any = None) -> AsyncIterator[Bash]:
     with Store(tmp_path / "hyperhive.db") as store:
         async with (
             TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, kill_grace=0.5) as engine,
-            serving(StdioServer("bash", "0", build_tools(service or engine))) as client,
+            serving(StandaloneServer("bash", "0", build_tools(service or engine))) as client,
         ):
             yield Bash(client)
 

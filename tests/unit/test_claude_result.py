@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
+from hyperhive.runtime.claude_result import StreamFacts, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.stream import ContextUsage, ResultLine, line_from_dict, parse_line
 
 CAPTURES = Path(__file__).parents[1] / "fixtures" / "captures"
@@ -26,13 +26,13 @@ def result(**fields: object) -> ResultLine:
 
 
 def test_state_takes_session_and_model_from_init() -> None:
-    state = TurnState(session_id="old")
+    state = StreamFacts(session_id="old")
     state.observe(line_from_dict({"type": "system", "subtype": "init", "session_id": "new", "model": "m[1m]"}))
     assert (state.session_id, state.model) == ("new", "m[1m]")
 
 
 def test_context_used_sums_input_cache_read_and_cache_creation_of_the_last_main_assistant_line() -> None:
-    state = TurnState(model="m")
+    state = StreamFacts(model="m")
     state.observe(line_from_dict(assistant({"input_tokens": 5})))
     state.observe(line_from_dict(assistant({"input_tokens": 7, "cache_read_input_tokens": 100, "output_tokens": 9})))
     state.observe(
@@ -49,11 +49,11 @@ def test_context_used_falls_back_to_the_result_usage_and_size_to_the_largest_win
         usage={"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": 30},
         modelUsage={"haiku": {"contextWindow": 200_000}, "opus": {"contextWindow": 1_000_000}},
     )
-    assert context_usage(line, TurnState(model="unknown")) == ContextUsage(used=60, size=1_000_000)
+    assert context_usage(line, StreamFacts(model="unknown")) == ContextUsage(used=60, size=1_000_000)
 
 
 def test_no_usage_at_all_gives_no_context_usage() -> None:
-    assert context_usage(result(usage={"input_tokens": 0}, modelUsage={}), TurnState()) is None
+    assert context_usage(result(usage={"input_tokens": 0}, modelUsage={}), StreamFacts()) is None
 
 
 def test_error_text_joins_result_and_errors() -> None:
@@ -67,7 +67,7 @@ def test_mark_cancelled_turns_claudes_interrupt_error_into_a_completed_cancelled
 
 
 def test_context_usage_of_the_real_mcp_tool_capture() -> None:
-    state = TurnState()
+    state = StreamFacts()
     last = None
     for raw in (CAPTURES / "claude-stream-mcp-tool-sample.jsonl").read_text().splitlines():
         last = parse_line(raw)

@@ -22,7 +22,7 @@ from hyperhive.procs.group import group_alive
 from hyperhive.runtime import claude_process, make_runtime
 from hyperhive.runtime.base import ListSink, Runtime
 from hyperhive.runtime.claude import ClaudeRuntime
-from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnFailed
+from hyperhive.runtime.errors import AgentExited, AgentRefused, AgentReportedFailure, IdleTimeout, ProtocolError
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import (
     AssistantLine,
@@ -212,7 +212,7 @@ async def test_a_crash_before_any_result_does_not_record_the_new_session(env: En
 
 
 async def test_an_error_result_still_records_the_session_claude_saved(env: Env) -> None:
-    with pytest.raises(TurnFailed) as info:
+    with pytest.raises(AgentReportedFailure) as info:
         await env.runtime().run("[[error]]", ListSink())
     assert isinstance(info.value.result, ResultLine)
     assert SessionTable(env.store).current("claude") == info.value.result.session_id
@@ -273,7 +273,7 @@ async def test_stderr_tail_is_bounded_and_keeps_the_end(env: Env) -> None:
 
 async def test_is_error_result_is_turn_failed_carrying_the_line_and_the_cli_error_text(env: Env) -> None:
     sink = ListSink()
-    with pytest.raises(TurnFailed) as info:
+    with pytest.raises(AgentReportedFailure) as info:
         await env.runtime().run("[[error]]", sink)
     assert "API Error: Request rejected (429)" in info.value.message
     assert "HTTP 429" in info.value.message
@@ -283,7 +283,7 @@ async def test_is_error_result_is_turn_failed_carrying_the_line_and_the_cli_erro
 
 
 async def test_error_max_turns_reports_the_errors_list(env: Env) -> None:
-    with pytest.raises(TurnFailed) as info:
+    with pytest.raises(AgentReportedFailure) as info:
         await env.runtime().run("[[max_turns]]", ListSink())
     assert "error_max_turns" in info.value.message
     assert "Reached maximum number of turns (1)" in info.value.message
@@ -292,7 +292,7 @@ async def test_error_max_turns_reports_the_errors_list(env: Env) -> None:
 
 async def test_non_zero_exit_after_a_success_result_fails_the_turn_and_marks_the_line(env: Env) -> None:
     sink = ListSink()
-    with pytest.raises(TurnFailed) as info:
+    with pytest.raises(AgentReportedFailure) as info:
         await env.runtime().run("[[exit:7]]", sink)
     assert "exited with code 7 after reporting success" in info.value.message
     last = sink.lines[-1]
@@ -488,7 +488,7 @@ async def test_compact_runs_slash_compact_on_the_recorded_session(env: Env) -> N
 async def test_compact_that_fails_raises(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     SessionTable(env.store).record("claude", "sess-1")
     monkeypatch.setenv("FAKE_CLAUDE_DIRECTIVES", "[[error]]")
-    with pytest.raises(TurnFailed):
+    with pytest.raises(AgentReportedFailure):
         await env.runtime().compact()
 
 
@@ -503,7 +503,7 @@ def _captures() -> list[Path]:
 async def test_real_claude_captures_pass_through_without_losing_a_field(env: Env, capture: Path) -> None:
     sink = ListSink()
     # The interrupt and 429 captures end in failure; their lines must still pass through.
-    with contextlib.suppress(TurnFailed, AgentExited):
+    with contextlib.suppress(AgentReportedFailure, AgentExited):
         await env.runtime().run(f"[[replay:{capture}]]", sink)
     # Partial-message lines only feed the idle watchdog; every other line passes through whole.
     originals = [o for o in read_jsonl(capture) if o["type"] != "stream_event"]

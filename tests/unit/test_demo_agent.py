@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
-import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
 
 from hyperhive.config import Config
-from hyperhive.demo_agent import DEMO_COMMAND, Wake, last_output_line, parse_wakes, plan_wake
+from hyperhive.demo_agent.plan import DEMO_COMMAND, Wake, last_output_line, parse_wakes, plan_wake
+from hyperhive.harness.http_server import Limits, loopback_listener, serve_http
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
 from hyperhive.runtime.acp import AcpRuntime
 from hyperhive.runtime.base import ListSink
@@ -98,9 +98,8 @@ class HiveTools:
 @asynccontextmanager
 async def hive_tools() -> AsyncIterator[HiveTools]:
     server = FastMCP("hyperhive", host="127.0.0.1", log_level="WARNING")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+    listener = await loopback_listener()
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
     tools = HiveTools(url=f"http://127.0.0.1:{port}/mcp")
 
     def record(name: str, args: dict[str, Any], ctx: Context[Any, Any, Any]) -> None:
@@ -121,16 +120,14 @@ async def hive_tools() -> AsyncIterator[HiveTools]:
         record("remind", {"after_secs": after_secs, "body": body}, ctx)
         return "reminder 5 set"
 
-    http = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(http.serve, [sock])
-        with anyio.fail_after(20):
-            while not http.started:
-                await anyio.sleep(0.01)
+    # Served as hyperhive serves its own tools (the session manager is the app's lifespan, run here).
+    app = server.streamable_http_app()
+    async with server.session_manager.run(), anyio.create_task_group() as tg:
+        tg.start_soon(serve_http, app, listener, Limits(stop_grace=0.5))
         try:
             yield tools
         finally:
-            http.should_exit = True
+            tg.cancel_scope.cancel()
 
 
 @dataclass

@@ -25,20 +25,13 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from hyperhive.harness import http_tools
-from hyperhive.harness.http_tools import (
-    HYPERHIVE_SERVER,
-    MAX_BODY_BYTES,
-    MAX_REQUEST_BYTES,
-    HttpToolsError,
-    HyperhiveTools,
-    hyperhive_server,
-    load_token,
-    read_endpoint,
-)
+from hyperhive.harness.http_files import HttpToolsError, load_token, read_endpoint
+from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits
+from hyperhive.harness.http_tools import HYPERHIVE_SERVER, MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.notify import Doorbell
+from hyperhive.harness.own_tools import MAX_BODY_BYTES
 from hyperhive.harness.records import AGENT, TIMER, Records
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime.acp.link import acp_mcp_servers
@@ -128,7 +121,7 @@ def inbox_on(store: Store, rings: list[float] | None = None) -> Iterator[Inbox]:
 
 
 @asynccontextmanager
-async def serving(state: Path, store: Store | None = None) -> AsyncIterator[Served]:
+async def serving(state: Path, store: Store | None = None, limits: Limits = DEFAULT_LIMITS) -> AsyncIterator[Served]:
     own = store is None
     store = Store(state / "hyperhive.db") if store is None else store
     scheduled: list[float] = []
@@ -136,7 +129,7 @@ async def serving(state: Path, store: Store | None = None) -> AsyncIterator[Serv
         with inbox_on(store, scheduled) as inbox:
             records = Records(store)  # the test's own view of the tables
             holder: dict[str, Served] = {}
-            tools = HyperhiveTools(state, inbox, current_turn=lambda: holder["served"].turn)
+            tools = HyperhiveTools(state, inbox, current_turn=lambda: holder["served"].turn, limits=limits)
             async with anyio.create_task_group() as tg:
                 url = await tg.start(tools.serve)
                 served = holder["served"] = Served(state, url, tools, records, scheduled)
@@ -491,7 +484,7 @@ async def test_the_endpoint_is_recorded_0600_while_serving_and_removed_after(sta
 # -- lifecycle -------------------------------------------------------------------------------------------
 
 
-async def test_uvicorn_installs_no_signal_handlers(state: Path) -> None:
+async def test_serving_installs_no_signal_handlers(state: Path) -> None:
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     async with serving(state) as served, served.session() as session:
         during = {sig: signal.getsignal(sig) for sig in before}
@@ -521,8 +514,8 @@ async def test_cancellation_stops_it_with_a_connection_kept_alive(state: Path) -
 
 
 async def test_cancellation_stops_it_while_a_client_stalls_mid_request(state: Path) -> None:
-    # A client that declared a body and never sends it holds uvicorn's graceful shutdown: the grace runs
-    # out and the connection is cut.
+    # A client that declared a body and never sends it holds the graceful shutdown: the grace runs out and
+    # the connection is cut.
     with anyio.fail_after(30):  # a bound against hanging, not a speed check
         async with serving(state) as served:
             port = served.port
@@ -559,9 +552,9 @@ async def _closed_by_server(stream: anyio.abc.SocketStream) -> bool:
 
 async def test_connections_that_never_finish_their_head_do_not_starve_the_agent(state: Path) -> None:
     # 64 such connections made every tool call a 503 for as long as they stayed open (uvicorn's
-    # limit_concurrency counts them), and each held a file descriptor forever.
+    # limit_concurrency counted them), and each held a file descriptor forever.
     async with serving(state) as served:
-        idle = [await _half_head(served.port) for _ in range(2 * http_tools.MAX_WAITING + 8)]
+        idle = [await _half_head(served.port) for _ in range(2 * DEFAULT_LIMITS.max_waiting + 8)]
         response = await served.post(tool_call("reminders", {}))
         oldest_cut = await _closed_by_server(idle[0])
         for stream in idle:
@@ -570,9 +563,8 @@ async def test_connections_that_never_finish_their_head_do_not_starve_the_agent(
     assert oldest_cut  # the oldest waiting connection made room
 
 
-async def test_a_head_that_does_not_arrive_in_time_is_cut(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_tools, "HEAD_TIMEOUT", 0.3)
-    async with serving(state) as served:
+async def test_a_head_that_does_not_arrive_in_time_is_cut(state: Path) -> None:
+    async with serving(state, limits=Limits(head_timeout=0.3)) as served:
         stream = await _half_head(served.port)
         await stream.send(b"st: 127.0.0.1\r\n")  # trickling, as slowloris does: no head yet
         cut = await _closed_by_server(stream)
@@ -581,11 +573,8 @@ async def test_a_head_that_does_not_arrive_in_time_is_cut(state: Path, monkeypat
     assert cut and after.status_code == 200
 
 
-async def test_a_kept_alive_connection_gets_the_head_deadline_again_after_each_answer(
-    state: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(http_tools, "HEAD_TIMEOUT", 0.5)
-    async with serving(state) as served:
+async def test_a_kept_alive_connection_gets_the_head_deadline_again_after_each_answer(state: Path) -> None:
+    async with serving(state, limits=Limits(head_timeout=0.5)) as served:
         body = tool_call("reminders", {}).encode()
         head = (
             f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nAuthorization: Bearer {served.tools.token}\r\n"
@@ -603,9 +592,8 @@ async def test_a_kept_alive_connection_gets_the_head_deadline_again_after_each_a
     assert cut
 
 
-async def test_a_body_that_does_not_arrive_in_time_gets_408(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_tools, "BODY_TIMEOUT", 0.3)
-    async with serving(state) as served:
+async def test_a_body_that_does_not_arrive_in_time_gets_408(state: Path) -> None:
+    async with serving(state, limits=Limits(body_timeout=0.3)) as served:
         stream = await anyio.connect_tcp("127.0.0.1", served.port)
         head = (
             f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nAuthorization: Bearer {served.tools.token}\r\n"

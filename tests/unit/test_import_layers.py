@@ -22,8 +22,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
         # The package's root (its version), the error hierarchy, JSON from outside, the MCP tool shapes,
-        # and the table of agent quirks: imported by everything, importing nothing of ours.
-        {"hyperhive", "errors", "jsontext", "mcp_tool", "agents", "worker"},
+        # the worker thread: imported by everything, importing nothing of ours.
+        {"hyperhive", "errors", "jsontext", "mcp_tool", "worker"},
         {"mcp_servers", "statedir"},  # the HIVE_MCP_SERVERS file; the state directory's layout and modes
         {"config", "store", "control"},  # the environment, the database, the control socket's wire and lock
         {"procs"},  # every child process

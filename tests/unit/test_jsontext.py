@@ -16,7 +16,7 @@ from hyperhive import jsontext
 from hyperhive.config import load_config
 from hyperhive.control.wire import ControlError, parse_answer
 from hyperhive.errors import ConfigError
-from hyperhive.harness.http_tools import _not_json
+from hyperhive.harness.http_gate import not_json
 from hyperhive.runtime.errors import ProtocolError
 from hyperhive.runtime.stream import parse_line
 
@@ -150,8 +150,8 @@ def test_an_mcp_servers_file_with_an_integer_too_long_is_named(tmp_path: Path) -
 
 
 def test_an_http_body_nested_too_deeply_is_refused_before_the_sdk_parses_it() -> None:
-    assert _not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT).encode() + b"}") == "the body is nested too deeply"
-    assert _not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT - 1).encode() + b"}") is None
+    assert not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT).encode() + b"}") == "the body is nested too deeply"
+    assert not_json(b'{"jsonrpc":"2.0","params":' + lists(LIMIT - 1).encode() + b"}") is None
 
 
 def test_a_control_answer_nested_too_deeply_is_not_an_answer() -> None:

@@ -28,6 +28,8 @@ class _Server(BaseModel):
 
 
 class StdioServer(_Server):
+    """An entry of the MCP-server file: a server the agent starts and speaks to on its stdio."""
+
     type: Literal["stdio"] = "stdio"
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -35,6 +37,8 @@ class StdioServer(_Server):
 
 
 class HttpServer(_Server):
+    """An entry of the MCP-server file: a server the agent reaches over streamable HTTP."""
+
     type: Literal["http"]
     url: str = Field(min_length=1)
     headers: dict[str, str] = Field(default_factory=dict)

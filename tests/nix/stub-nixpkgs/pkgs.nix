@@ -37,6 +37,7 @@ let
     anyio = pyPkg "anyio" { version = "4.11.0"; };
     pydantic = pyPkg "pydantic" { version = "2.11.7"; };
     click = pyPkg "click" { version = "8.2.1"; };
+    h11 = pyPkg "h11" { version = "0.16.0"; };
     hatchling = pyPkg "hatchling" { version = "1.27.0"; };
     pytest = pyPkg "pytest" { version = "8.4.1"; };
     pytest-timeout = pyPkg "pytest-timeout" { version = "2.4.0"; };

@@ -79,11 +79,16 @@ __all__ = [
     "PARSE_ERROR",
     "PROTOCOL_VERSIONS",
     "STRUCTURED_SINCE",
-    "StdioServer",
+    "StandaloneServer",
 ]
 
 
-class StdioServer:
+class StandaloneServer:
+    """The standalone bash server's core: a tools-only MCP server on stdio, on anyio (the module says how).
+
+    The forwarding server (bash_mcp/forward.py, `ForwardingServer`) is the other one; an MCP server the agent
+    is given to start is an entry of the MCP-server file (`mcp_servers.StdioServer`), not this."""
+
     def __init__(self, name: str, version: str, tools: list[Tool], *, instructions: str = "") -> None:
         self.session = Session(name, version, tools, instructions)
         self.tools = {t.name: t for t in tools}

@@ -13,7 +13,7 @@ import signal
 import anyio
 
 from hyperhive import __version__
-from hyperhive.bash_mcp.jsonrpc import StdioServer
+from hyperhive.bash_mcp.jsonrpc import StandaloneServer
 from hyperhive.config import Config
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
@@ -27,7 +27,7 @@ async def serve_standalone(config: Config) -> None:
     """Serve on stdio, hosting the task engine here; SIGTERM/SIGINT and stdin EOF end it, tasks and all."""
     with Store(config.state.db) as store:
         async with TaskEngine(TaskTable(store), config.state.tasks, config.workdir) as engine:
-            server = StdioServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
+            server = StandaloneServer("bash", __version__, build_tools(engine), instructions=INSTRUCTIONS)
             async with anyio.create_task_group() as tg:
 
                 async def on_signal() -> None:

@@ -20,9 +20,10 @@ def demo_agent(mcp_timeout: float) -> None:
     """A deterministic ACP agent on stdin/stdout, no model: what `hyperhive demo` runs.
 
     It runs a background task through the bash MCP server when the operator writes, and replies through
-    hyperhive's own tools when the task ends. See hyperhive/demo_agent.py for everything it does.
+    hyperhive's own tools when the task ends. See hyperhive/demo_agent/ for everything it does.
     """
-    from hyperhive.demo_agent import serve
+    from hyperhive.demo_agent.agent import DemoAgent
+    from hyperhive.demo_agent.stdio import serve
 
     logging.basicConfig(level=logging.INFO, format="hyperhive demo-agent: %(levelname)s %(message)s")
-    asyncio.run(serve(mcp_timeout=mcp_timeout))
+    asyncio.run(serve(DemoAgent(mcp_timeout=mcp_timeout)))

@@ -171,7 +171,7 @@ class TurnLoop:
                 with anyio.CancelScope(shield=True):
                     await self.inbox.end_turn(
                         turn_id,
-                        TurnEnd("interrupted", error="the service stopped during the turn"),
+                        TurnEnd(outcome="interrupted", error="the service stopped during the turn"),
                         deliver=[],
                         refund=prompt.wake_ids if self._stopping and engaged.counted else [],
                     )
@@ -263,11 +263,11 @@ class _Engaged:
 def _end_from(result: ResultLine | None, outcome: str, started: float) -> TurnEnd:
     duration = int((time.monotonic() - started) * 1000)
     if result is None:
-        return TurnEnd(outcome, duration_ms=duration)  # type: ignore[arg-type]
+        return TurnEnd(outcome=outcome, duration_ms=duration)  # type: ignore[arg-type]
     usage = result.context_usage
     cost = (result.model_extra or {}).get("total_cost_usd")
     return TurnEnd(
-        outcome,  # type: ignore[arg-type]
+        outcome=outcome,  # type: ignore[arg-type]
         stop_reason=result.stop_reason,
         error=result.result if result.is_error else None,
         result=result.result,

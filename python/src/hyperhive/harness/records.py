@@ -30,28 +30,6 @@ AGENT = "agent"
 
 
 @dataclass(frozen=True)
-class TurnRow:
-    id: int
-    started_at: float
-    ended_at: float | None
-    wake_ids: str
-    prompt_chars: int
-    outcome: TurnOutcome
-    stop_reason: str | None
-    error: str | None
-    result: str | None
-    session_id: str | None
-    context_used: int | None
-    context_size: int | None
-    cost_usd: float | None
-    duration_ms: int | None
-
-    @property
-    def wakes(self) -> list[int]:
-        return [int(i) for i in json.loads(self.wake_ids)]
-
-
-@dataclass(frozen=True)
 class OutboxRow:
     id: int
     created_at: float
@@ -60,9 +38,9 @@ class OutboxRow:
     turn_id: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TurnEnd:
-    """What a turn's end records (the loop fills it from the runtime's result line or error)."""
+    """How a turn ended: what its end records (the loop fills it from the runtime's result line or error)."""
 
     outcome: TurnOutcome
     stop_reason: str | None = None
@@ -75,7 +53,23 @@ class TurnEnd:
     duration_ms: int | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnRow(TurnEnd):
+    """A stored turn: when it ran and which wakes it carried, and its end (outcome `running` until then)."""
+
+    id: int
+    started_at: float
+    ended_at: float | None
+    wake_ids: str
+    prompt_chars: int
+
+    @property
+    def wakes(self) -> list[int]:
+        return [int(i) for i in json.loads(self.wake_ids)]
+
+
 _TURN_COLUMNS = ", ".join(TurnRow.__dataclass_fields__)
+_END_COLUMNS = tuple(TurnEnd.__dataclass_fields__)  # what end_turn writes
 _OUTBOX_COLUMNS = ", ".join(OutboxRow.__dataclass_fields__)
 # Stored results are for `status` and the log, not the transcript (which has every line): keep them short.
 RESULT_CHARS = 2000
@@ -166,24 +160,13 @@ class Records:
         in `refund` get back the attempt the turn cost them (a turn the service itself cut short), and those
         in `attempt` are charged one (a turn that failed before the agent started on it)."""
         now = time.time()
-        result = end.result[:RESULT_CHARS] if end.result is not None else None
+        values = {c: getattr(end, c) for c in _END_COLUMNS}
+        if end.result is not None:
+            values["result"] = end.result[:RESULT_CHARS]
         with self.store.transaction() as db:
             db.execute(
-                "UPDATE turns SET ended_at = ?, outcome = ?, stop_reason = ?, error = ?, result = ?, session_id = ?,"
-                " context_used = ?, context_size = ?, cost_usd = ?, duration_ms = ? WHERE id = ?",
-                (
-                    now,
-                    end.outcome,
-                    end.stop_reason,
-                    end.error,
-                    result,
-                    end.session_id,
-                    end.context_used,
-                    end.context_size,
-                    end.cost_usd,
-                    end.duration_ms,
-                    turn_id,
-                ),
+                f"UPDATE turns SET ended_at = ?, {', '.join(f'{c} = ?' for c in _END_COLUMNS)} WHERE id = ?",
+                (now, *values.values(), turn_id),
             )
             self.wakes.mark_delivered(deliver, turn_id=turn_id, now=now)
             self.wakes.refund(refund)
@@ -200,7 +183,7 @@ class Records:
 
     def last_turn(self) -> TurnRow | None:
         row = self.store.one(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1", ())
-        return None if row is None else TurnRow(*row)
+        return None if row is None else TurnRow(**dict(zip(TurnRow.__dataclass_fields__, row, strict=True)))
 
     def turn_count(self) -> int:
         (n,) = self.store.one("SELECT COUNT(*) FROM turns", ())

@@ -20,8 +20,15 @@ from hyperhive import statedir
 from hyperhive.config import Config
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, ClaudeProcess
-from hyperhive.runtime.claude_result import TurnState, context_usage, error_text, mark_cancelled
-from hyperhive.runtime.errors import AgentExited, AgentRefused, IdleTimeout, ProtocolError, TurnError, TurnFailed
+from hyperhive.runtime.claude_result import StreamFacts, context_usage, error_text, mark_cancelled
+from hyperhive.runtime.errors import (
+    AgentExited,
+    AgentRefused,
+    AgentReportedFailure,
+    IdleTimeout,
+    ProtocolError,
+    TurnError,
+)
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, parse_line
 
@@ -33,7 +40,7 @@ class _Turn:
     """One turn in flight: where its lines go, what it has said, and how to stop it."""
 
     sink: Sink
-    state: TurnState = field(default_factory=TurnState)
+    state: StreamFacts = field(default_factory=StreamFacts)
     started: float = field(default_factory=time.monotonic)
     interrupt: anyio.Event = field(default_factory=anyio.Event)
     interrupted: bool = False
@@ -235,7 +242,7 @@ class ClaudeRuntime:
         await turn.sink.emit(result)
         return result
 
-    def _parse(self, raw: bytes, state: TurnState) -> StreamLine | None:
+    def _parse(self, raw: bytes, state: StreamFacts) -> StreamLine | None:
         if not raw.strip():
             return None
         try:
@@ -263,7 +270,7 @@ class ClaudeRuntime:
         await turn.sink.emit(line)
         return error
 
-    def _result_error(self, result: ResultLine, code: int | None, proc: ClaudeProcess) -> TurnFailed:
+    def _result_error(self, result: ResultLine, code: int | None, proc: ClaudeProcess) -> AgentReportedFailure:
         extra = result.model_extra or {}
         status = extra.get("api_error_status")
         if result.is_error:
@@ -273,7 +280,7 @@ class ClaudeRuntime:
             message = f"claude exited with code {code} after reporting {result.subtype}"
             tail = proc.stderr_tail.strip()
             message += f"; the end of its stderr:\n{tail}" if tail else " (its stderr was empty)"
-        return TurnFailed(
+        return AgentReportedFailure(
             message,
             result=result,
             subtype=result.subtype,

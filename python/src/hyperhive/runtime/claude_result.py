@@ -15,8 +15,8 @@ _INPUT_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_
 
 
 @dataclass
-class TurnState:
-    """What one turn has told us so far."""
+class StreamFacts:
+    """What claude's stream of one turn has told us so far: its session, its model, the last usage."""
 
     session_id: str | None = None
     model: str | None = None
@@ -35,7 +35,7 @@ class TurnState:
             self.last_usage = line.message.usage
 
 
-def context_usage(result: ResultLine, state: TurnState) -> ContextUsage | None:
+def context_usage(result: ResultLine, state: StreamFacts) -> ContextUsage | None:
     """How full the context is after the turn.
 
     `used` sums input, cache-read and cache-creation tokens. It is taken from the last assistant line's usage

@@ -88,5 +88,5 @@ class ProtocolError(TurnError):
         super().__init__(msg, detail=detail, excerpt=excerpt[:200], **data)
 
 
-class TurnFailed(TurnError):
+class AgentReportedFailure(TurnError):
     """The agent ran the turn and reported failure (an `is_error` result, a JSON-RPC error on the prompt)."""

@@ -28,7 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from hyperhive.runtime.acp.translate import Translator
-from hyperhive.runtime.acp.turn import TurnControl
+from hyperhive.runtime.acp.turn import StopControl
 from hyperhive.runtime.stream import StreamLine
 
 logger = logging.getLogger("hyperhive.runtime.acp")
@@ -39,7 +39,7 @@ PROGRESS = frozenset(
 )
 
 
-class TurnFeed:
+class UpdateFeed:
     """The receiving end of one turn: its updates go through the translator into the queue of lines."""
 
     def __init__(
@@ -47,7 +47,7 @@ class TurnFeed:
         session_id: str,
         translator: Translator,
         lines: MemoryObjectSendStream[StreamLine],
-        control: TurnControl,
+        control: StopControl,
     ) -> None:
         self.session_id = session_id
         self.translator = translator
@@ -89,11 +89,11 @@ class UpdateGate:
     Owned by the `AgentLink` (its transport calls `outgoing`/`incoming`), armed by `AgentLink.turn`."""
 
     def __init__(self) -> None:
-        self._armed: TurnFeed | None = None  # the turn about to send its prompt, or sending it
+        self._armed: UpdateFeed | None = None  # the turn about to send its prompt, or sending it
         self._open = False  # its prompt is on the wire and not yet answered
         self._prompt_id: object = None
 
-    def arm(self, feed: TurnFeed) -> None:
+    def arm(self, feed: UpdateFeed) -> None:
         """Make `feed` the turn whose `session/prompt`, once written, opens the gate."""
         self._armed, self._open, self._prompt_id = feed, False, None
 

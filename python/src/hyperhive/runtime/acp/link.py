@@ -54,10 +54,10 @@ from hyperhive import __version__
 from hyperhive.mcp_servers import McpServers, StdioServer
 from hyperhive.procs import Child
 from hyperhive.runtime.acp.client import HiveClient, PermissionPolicy
-from hyperhive.runtime.acp.gate import TurnFeed, UpdateGate
+from hyperhive.runtime.acp.gate import UpdateFeed, UpdateGate
 from hyperhive.runtime.acp.translate import Translator
 from hyperhive.runtime.acp.transport import LineTransport
-from hyperhive.runtime.acp.turn import TurnControl
+from hyperhive.runtime.acp.turn import StopControl
 from hyperhive.runtime.errors import AgentExited, AgentRefused, ProtocolError, TurnError
 from hyperhive.runtime.stream import StreamLine
 
@@ -424,12 +424,12 @@ class AgentLink:
         session_id: str,
         translator: Translator,
         lines: MemoryObjectSendStream[StreamLine],
-        control: TurnControl,
-    ) -> AsyncIterator[TurnFeed]:
+        control: StopControl,
+    ) -> AsyncIterator[UpdateFeed]:
         """The wire belongs to one turn for the length of this context: the updates the agent writes after
         its `session/prompt` and before the answer go through `translator` into `lines`. On the way out
         the gate is closed and what the translator still holds is flushed."""
-        feed = TurnFeed(session_id, translator, lines, control)
+        feed = UpdateFeed(session_id, translator, lines, control)
         self._gate.arm(feed)
         try:
             yield feed

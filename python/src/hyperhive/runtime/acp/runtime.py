@@ -23,16 +23,16 @@ from hyperhive.runtime.acp.client import PermissionPolicy
 from hyperhive.runtime.acp.link import AgentLink, LoadFailed, acp_mcp_servers, invalid_reason, rpc_error
 from hyperhive.runtime.acp.translate import Translator, usage_fields
 from hyperhive.runtime.acp.transport import DEFAULT_MAX_LINE_BYTES
-from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, TurnControl
+from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, StopControl
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import (
     AgentRefused,
+    AgentReportedFailure,
     CancelIgnored,
     IdleKilled,
     IdleTimeout,
     ProtocolError,
     TurnError,
-    TurnFailed,
     Unsupported,
 )
 from hyperhive.runtime.sessions import Sessions
@@ -43,7 +43,7 @@ logger = logging.getLogger("hyperhive.runtime.acp")
 RUNTIME = "acp"
 
 
-class _TurnState:
+class _FailureFacts:
     """What a failed turn's `result` line reports, whatever step it failed at."""
 
     def __init__(self) -> None:
@@ -92,17 +92,17 @@ class AcpRuntime:
         self.session_key = f"acp:{config.acp_command}"
         self.mcp_servers = config.agent_mcp_servers()
         self._link: AgentLink | None = None
-        self._control: TurnControl | None = None
+        self._control: StopControl | None = None
         self._lock = anyio.Lock()
         self._closed = False
 
     # -- Runtime -------------------------------------------------------------------------------------------
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
-        state = _TurnState()
+        state = _FailureFacts()
         try:
             async with self._lock:
-                control = self._control = TurnControl()
+                control = self._control = StopControl()
                 try:
                     result = await self._run(prompt, sink, control, state)
                 finally:
@@ -152,7 +152,7 @@ class AcpRuntime:
 
     # -- one turn ------------------------------------------------------------------------------------------
 
-    async def _run(self, prompt: str, sink: Sink, control: TurnControl, state: _TurnState) -> ResultLine:
+    async def _run(self, prompt: str, sink: Sink, control: StopControl, state: _FailureFacts) -> ResultLine:
         link = await self._ensure_link()
         try:
             session_id = state.session_id = await self._ensure_session(link)
@@ -182,7 +182,7 @@ class AcpRuntime:
         link: AgentLink,
         session_id: str,
         prompt: str,
-        control: TurnControl,
+        control: StopControl,
         translator: Translator,
         sink: Sink,
     ) -> PromptOutcome:
@@ -207,7 +207,12 @@ class AcpRuntime:
         return outcome
 
     async def _conclude(
-        self, link: AgentLink, outcome: PromptOutcome, control: TurnControl, state: _TurnState, translator: Translator
+        self,
+        link: AgentLink,
+        outcome: PromptOutcome,
+        control: StopControl,
+        state: _FailureFacts,
+        translator: Translator,
     ) -> ResultLine:
         """The turn's `result` line, or the TurnError saying why it failed."""
         response, error = outcome.response, outcome.error
@@ -230,7 +235,7 @@ class AcpRuntime:
             if control.stopping == "idle":
                 await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
-            raise TurnFailed(
+            raise AgentReportedFailure(
                 f"{link.label} answered the prompt with an error: {rpc_error(error)}",
                 code=error.code,
                 error_data=error.data,
@@ -242,7 +247,7 @@ class AcpRuntime:
             failure = await link.lost()
             await self._drop(link)
             raise failure
-        raise TurnFailed(f"session/prompt failed: {error!r}") from error
+        raise AgentReportedFailure(f"session/prompt failed: {error!r}") from error
 
     async def _drop_stuck(self, link: AgentLink) -> None:
         """An agent the watchdog had to stop is in a state nobody knows: still retrying the provider inside,
@@ -253,7 +258,7 @@ class AcpRuntime:
         await self._drop(link)
 
     def _result(
-        self, state: _TurnState, translator: Translator, *, stop_reason: str, usage: dict[str, Any]
+        self, state: _FailureFacts, translator: Translator, *, stop_reason: str, usage: dict[str, Any]
     ) -> ResultLine:
         return ResultLine(
             subtype="success",

@@ -1,7 +1,7 @@
 """One `session/prompt` in flight, and the two ways it is stopped from outside.
 
 Both stops send the agent `session/cancel` (design.md 3.4):
-- an interrupt (`AcpRuntime.interrupt()` → `TurnControl.cancel`), when the harness asks; the turn then
+- an interrupt (`AcpRuntime.interrupt()` → `StopControl.cancel`), when the harness asks; the turn then
   ends with stop reason `cancelled`, whatever the agent answers;
 - the idle watchdog, when the turn has made no progress for `idle_timeout` seconds (what counts as
   progress is the gate's to say: gate.PROGRESS); the turn fails.
@@ -28,7 +28,7 @@ StopKind = Literal["cancel", "idle"]
 _ABANDON_WAIT = 5.0
 
 
-class TurnControl:
+class StopControl:
     """What the stop paths of one turn share: the cancel request, the last activity, a wake-up call."""
 
     def __init__(self) -> None:
@@ -89,7 +89,7 @@ class PromptTurn:
         self,
         peer: PromptPeer,
         session_id: str,
-        control: TurnControl,
+        control: StopControl,
         prompt_sent: anyio.Event,
         *,
         idle_timeout: float,

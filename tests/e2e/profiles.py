@@ -1,10 +1,11 @@
-"""What each known coding agent needs to run under hyperhive: the one table of agent quirks.
+"""What each known coding agent needs to run under hyperhive: the one table of agent quirks, as proven by
+the end-to-end tests (test data, not part of the package: hyperhive itself is agent-agnostic).
 
 The runtime is agent-agnostic (it speaks ACP or claude's stream-json to whatever it is given); everything
 specific to one agent lives here, as data: its package and the version it was proven with, the command,
 the environment and files it needs to reach a model provider without a login, the ACP auth method to
 choose, how it names our MCP tools to the model, and what it supports. The end-to-end tests build every
-agent from this table, and docs/agents.md explains it for operators.
+agent from this table (tests/e2e/agents.py), and docs/agents.md explains it for operators.
 
 `AgentProfile.setup(base_url, api_key)` describes one agent pointed at a provider endpoint (a real one, or
 a fake on loopback): the arguments, the environment and the files to write under its `HOME`.

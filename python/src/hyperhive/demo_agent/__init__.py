@@ -1,0 +1,26 @@
+"""`hyperhive demo-agent`: a deterministic ACP agent for `hyperhive demo` and the tests. No model.
+
+It speaks ACP v1 over stdio on the official SDK's agent side and really uses the MCP servers the client
+gives it in `session/new` / `session/load` (the mcp SDK's stdio and streamable-HTTP clients), so a demo
+exercises the same path a real agent takes: the bash server starts a background task, the task's end
+wakes the agent, the agent replies through hyperhive's own tools.
+
+What a turn does is decided by the prompt alone (the agent keeps no state, so `session/load` works after
+any restart). The prompt lists wakes, each under a header naming its source
+(`--- wake 17 from operator at 2026-12-01T06:40:12Z ---`, docs/architecture.md "The prompt format");
+a prompt without headers is one operator message. Per wake:
+
+- from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
+  background task"` (or the text after `run: `); `remind <N>s: <text>` calls `mcp__hyperhive__remind`
+  instead;
+- from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>";
+- from `timer`: `mcp__hyperhive__reply` with "Reminder: <body>";
+- from anyone else: a sentence saying it was noted.
+
+Each turn ends with a `usage_update`. A missing, failing or silent MCP server is reported in the text and
+the turn ends normally (every MCP call is bounded). `session/cancel` stops the turn at once (`cancelled`).
+Stdout is the ACP stream: fd 1 is moved aside before anything runs and pointed at stderr, where the logs go.
+
+The modules, by job: `plan.py` what a prompt asks for (pure), `mcp_call.py` one MCP tool call, `agent.py`
+the ACP agent, `stdio.py` serving it on stdin/stdout.
+"""
