@@ -13,7 +13,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
+from hyperhive.harness.control import MAX_REQUEST, ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
 from tests.unit.bash_client import bash_server
@@ -162,8 +162,8 @@ def test_the_control_socket_answers_garbage_with_an_error_and_stays_up(tmp_path:
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(path)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                sock.sendall(b"x" * (2 << 20))  # the service answers after 1 MiB and hangs up
-            assert b"over 1 MiB" in sock.recv(65536)
+                sock.sendall(b"x" * (MAX_REQUEST + 1))  # the service answers at its bound and hangs up
+            assert f"request over {MAX_REQUEST} bytes".encode() in sock.recv(65536)
         assert svc.status()["up"] is True
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
 

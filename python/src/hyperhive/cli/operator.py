@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from hyperhive.cli import config_or_exit
+from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import EXIT_BUSY as EXIT_NOT_RUNNING
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, HyperhiveError, StoreError
@@ -86,26 +87,36 @@ def _when(t: float | None) -> str:
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("--from", "source", default="operator", show_default=True, help="Who the wake is from.")
+@click.option(
+    "--from",
+    "source",
+    default=OPERATOR,
+    show_default=True,
+    help="Who the wake is from: 1 to 64 ASCII letters, digits and . _ - @ : / +",
+)
 def send(text: str | None, source: str) -> None:
     """Give the agent a message (TEXT, or standard input when TEXT is absent or `-`).
 
     The wake is stored whether or not the service runs; a running service starts a turn on it at once.
     """
     if text is None or text == "-":
-        text = sys.stdin.read()
-    if not text.strip():
-        _fail("nothing to send: the message is empty")
-    config = config_or_exit(read_mcp_servers=False)
+        # Bytes that are not UTF-8 (task output) are kept as surrogate escapes, then stored as `?`.
+        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     # One id for this request, on the socket and in the fallback: if the service stored the wake and died
     # before answering, storing it here finds it instead of storing it twice. (32 hex digits, as uuid4().hex
     # was, without importing uuid.)
-    request_id = os.urandom(16).hex()
     try:
-        answer = call(_socket(config), "send", body=text, request_id=request_id, **{"from": source})
+        message = check_send(text, source, os.urandom(16).hex())
+    except BadSend as exc:  # the service would refuse it too: refused here, whether it runs or not
+        _fail(exc.message)
+    config = config_or_exit(read_mcp_servers=False)
+    try:
+        answer = call(
+            _socket(config), "send", body=message.body, request_id=message.request_id, **{"from": message.source}
+        )
     except ServiceUnavailable:
         records = _records(config)
-        wake = records.add_wake(source, text, request_id=request_id)
+        wake = records.add_wake(message.source, message.body, request_id=message.request_id)
         click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
         return
     except ControlError as exc:
