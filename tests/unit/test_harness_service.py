@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -18,6 +19,10 @@ from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
 from tests.unit.bash_client import bash_server
 from tests.unit.harness_service import run_cli, running_service, service_env, start_service
+
+
+def untagged(prompt: str) -> str:
+    return re.sub(r"\[[0-9a-f]{8}\]", "[tag]", prompt)
 
 
 def last_outcome(service_status: dict[str, object]) -> str | None:
@@ -97,7 +102,8 @@ def test_kill_9_mid_turn_then_restart_carries_the_wake_again(tmp_path: Path) -> 
                 and [c for c in again.agent_calls() if c["method"] == "session/prompt"]
             ),
         )
-        assert len(prompts) == 2 and prompts[0]["text"] == prompts[1]["text"]
+        # The same prompt again, but for its tag: each prompt draws its own (harness/prompt.py).
+        assert len(prompts) == 2 and untagged(prompts[0]["text"]) == untagged(prompts[1]["text"])
         assert "were still running when the service last stopped" in again.text()
     finally:
         again.stop()

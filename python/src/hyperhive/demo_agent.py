@@ -7,8 +7,8 @@ wakes the agent, the agent replies through hyperhive's own tools.
 
 What a turn does is decided by the prompt alone (the agent keeps no state, so `session/load` works after
 any restart). The prompt lists wakes, each under a header naming its source
-(`--- wake 17 from operator at 2026-12-01T06:40:12Z ---`, docs/architecture.md "The prompt format");
-a prompt without headers is one operator message. Per wake:
+(`--- wake 17 from operator at 2026-12-01T06:40:12Z [3f9a61c2] ---`, docs/architecture.md "The prompt
+format"), each line of its text after `| `; a prompt without headers is one operator message. Per wake:
 
 - from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
   background task"` (or the text after `run: `); `remind <N>s: <text>` calls `mcp__hyperhive__remind`
@@ -95,9 +95,10 @@ CONTEXT_SIZE = 200_000
 SESSION_PREFIX = "demo-"
 STREAM_LIMIT = 50 * 1024 * 1024
 
-# A wake's header: `--- wake 17 from operator at 2026-12-01T06:40:12Z ---` (tolerant: any `---` line
-# naming `from <source>`).
+# A wake's header: `--- wake 17 from operator at 2026-12-01T06:40:12Z [3f9a61c2] ---` (tolerant: any `---` line
+# naming `from <source>`; no line of a wake's text starts with `---`, each starts with `|`).
 _HEADER = re.compile(r"^---.*?\bfrom (\S+).*$", re.MULTILINE)
+_QUOTED = re.compile(r"^\| ?", re.MULTILINE)
 _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _RUN = re.compile(r"run:\s*(.*)", re.DOTALL | re.IGNORECASE)
 
@@ -141,7 +142,7 @@ def parse_wakes(prompt: str) -> list[Wake]:
     wakes = []
     for i, match in enumerate(headers):
         end = headers[i + 1].start() if i + 1 < len(headers) else len(prompt)
-        wakes.append(Wake(match.group(1), prompt[match.end() : end].strip()))
+        wakes.append(Wake(match.group(1), _QUOTED.sub("", prompt[match.end() : end].strip())))
     return wakes
 
 
