@@ -3,6 +3,10 @@
 They talk to the running service over its control socket, and read the store directly when it is down
 (saying so). Exit statuses: 0 done, 1 the request failed, 2 bad configuration, 3 no usable state
 directory, 4 the service is needed (`-f`) but not running.
+
+What they print came from the agent and its tasks: its control characters are spelled out
+(`hyperhive.visible`, as `cat -v` does), so no escape sequence in it reaches the operator's terminal;
+`outbox --raw` and `tail --raw` print it as it is.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import EXIT_BUSY as EXIT_NOT_RUNNING
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, HyperhiveError, StoreError
+from hyperhive.visible import visible, visible_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,6 +79,14 @@ def _records(config: Config) -> Any:
         return Records(Store(config.state.db, create=False))  # never a new one; root may read another's
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
+
+
+_RAW_HELP = "Print what the agent wrote as it came, escape sequences and all (they act on a terminal)."
+
+
+def _shown(raw: bool) -> Callable[[str], str]:
+    """How text from the agent is printed: as it came with `--raw`, else with its controls spelled out."""
+    return (lambda text: text) if raw else visible
 
 
 def _when(t: float | None) -> str:
@@ -140,9 +153,9 @@ def status(as_json: bool) -> None:
     except ControlError as exc:
         _fail(exc.message)
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(info, indent=2))  # ASCII: every control character escaped
         return
-    click.echo(_format_status(info))
+    click.echo(visible(_format_status(info)))  # task commands and turn errors are the agent's text
 
 
 def _offline_status(config: Config) -> dict[str, Any]:
@@ -199,16 +212,18 @@ def _format_status(info: dict[str, Any]) -> str:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new entries (needs the service).")
 @click.option("-n", "--lines", "count", default=20, show_default=True, help="How many of the last entries.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
-def outbox(follow: bool, count: int, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help=_RAW_HELP)
+def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
     """What the agent replied (and the service's notices), oldest first."""
     config = config_or_exit(read_mcp_servers=False)
     records = _records(config)
+    shown = _shown(raw)
 
     def show(row: Any) -> None:
         if as_json:
-            click.echo(json.dumps(row.__dict__), nl=True)
+            click.echo(json.dumps(row.__dict__), nl=True)  # ASCII: every control character escaped
         else:
-            click.echo(f"[{row.id}] {_when(row.created_at)} {row.source}: {row.body}")
+            click.echo(shown(f"[{row.id}] {_when(row.created_at)} {row.source}: {row.body}"))
         sys.stdout.flush()
 
     last = 0
@@ -246,24 +261,28 @@ def _follow(run: Callable[[], Any]) -> None:
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
-@click.option("--json", "as_json", is_flag=True, help="The raw stream-json lines instead of readable ones.")
-def tail(follow: bool, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The stream-json lines instead of readable ones.")
+@click.option("--raw", is_flag=True, help=_RAW_HELP)
+def tail(follow: bool, as_json: bool, raw: bool) -> None:
     """The agent's turns as they happen (readable like `hyperhive turn --render`)."""
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
 
     config = config_or_exit(read_mcp_servers=False)
     color = use_color(sys.stdout)
+    shown = _shown(raw)
+    # JSON escapes C0 itself; C1 controls, bidi overrides and line separators are escaped too unless raw.
+    as_text: Callable[[Any], str] = (lambda doc: json.dumps(doc, ensure_ascii=False)) if raw else visible_json
 
     def show_line(doc: dict[str, Any]) -> None:
         if as_json:
-            click.echo(json.dumps(doc, ensure_ascii=False))
+            click.echo(as_text(doc))
         else:
             try:
-                for text in render_line(line_from_dict(doc), color=color):
+                for text in render_line(line_from_dict(doc), color=color, raw=raw):
                     click.echo(text)
             except HyperhiveError:
-                click.echo(json.dumps(doc, ensure_ascii=False))
+                click.echo(as_text(doc))
         sys.stdout.flush()
 
     if not follow:
@@ -272,9 +291,9 @@ def tail(follow: bool, as_json: bool) -> None:
         if latest is None:
             click.echo("no turns yet")
             return
-        for raw in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
+        for stored in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
             try:
-                show_line(json.loads(raw))
+                show_line(json.loads(stored))
             except ValueError:
                 continue
         return
@@ -288,12 +307,12 @@ def tail(follow: bool, as_json: bool) -> None:
                 continue
             elif kind == "turn_start":
                 wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
-                click.echo(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}")
+                click.echo(shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
             elif kind == "turn_end":
                 error = f": {event['error']}" if event.get("error") else ""
-                click.echo(f"── turn {event['turn']} {event['outcome']}{error}")
+                click.echo(shown(f"── turn {event['turn']} {event['outcome']}{error}"))
             elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
-                click.echo(f"── {event['state']}")
+                click.echo(shown(f"── {event['state']}"))
             elif kind == "dropped":
                 click.echo(f"── {event['reason']}; reconnect to follow again", err=True)
             sys.stdout.flush()
