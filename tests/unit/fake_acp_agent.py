@@ -250,6 +250,11 @@ class Turn:
         """`say:WORD`: one message chunk (underscores become spaces)."""
         await self.say(arg.replace("_", " "))
 
+    async def do_sayhex(self, arg: str) -> None:
+        """`sayhex:HEX`: one message chunk of the UTF-8 text HEX spells (escape sequences, which the
+        harness spells out in the prompt, reach the agent's own words this way)."""
+        await self.say(bytes.fromhex(arg).decode("utf-8"))
+
     async def do_chunks(self, arg: str) -> None:
         """`chunks:N`: N message chunks `c0 ` … `cN-1 `."""
         for i in range(int(arg)):

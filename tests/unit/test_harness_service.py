@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -13,11 +14,15 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
+from hyperhive.harness.control import MAX_REQUEST, ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
 from tests.unit.bash_client import bash_server
 from tests.unit.harness_service import run_cli, running_service, service_env, start_service
+
+
+def untagged(prompt: str) -> str:
+    return re.sub(r"\[[0-9a-f]{8}\]", "[tag]", prompt)
 
 
 def last_outcome(service_status: dict[str, object]) -> str | None:
@@ -97,7 +102,8 @@ def test_kill_9_mid_turn_then_restart_carries_the_wake_again(tmp_path: Path) -> 
                 and [c for c in again.agent_calls() if c["method"] == "session/prompt"]
             ),
         )
-        assert len(prompts) == 2 and prompts[0]["text"] == prompts[1]["text"]
+        # The same prompt again, but for its tag: each prompt draws its own (harness/prompt.py).
+        assert len(prompts) == 2 and untagged(prompts[0]["text"]) == untagged(prompts[1]["text"])
         assert "were still running when the service last stopped" in again.text()
     finally:
         again.stop()
@@ -162,8 +168,8 @@ def test_the_control_socket_answers_garbage_with_an_error_and_stays_up(tmp_path:
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(path)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                sock.sendall(b"x" * (2 << 20))  # the service answers after 1 MiB and hangs up
-            assert b"over 1 MiB" in sock.recv(65536)
+                sock.sendall(b"x" * (MAX_REQUEST + 1))  # the service answers at its bound and hangs up
+            assert f"request over {MAX_REQUEST} bytes".encode() in sock.recv(65536)
         assert svc.status()["up"] is True
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
 

@@ -54,7 +54,7 @@ def test_init_warns_about_an_mcp_server_that_did_not_connect() -> None:
     assert render(doc)[1:] == ["! mcp server files: failed"]
 
 
-def test_assistant_text_is_printed_as_is() -> None:
+def test_plain_assistant_text_is_printed_as_is() -> None:
     assert render(assistant({"type": "text", "text": "line one\nline two\n"})) == ["line one\nline two"]
 
 
@@ -102,6 +102,35 @@ def test_failed_and_cancelled_results() -> None:
 def test_api_retry_shows_attempt_and_status() -> None:
     doc = {"type": "system", "subtype": "api_retry", "attempt": 2, "max_retries": 10, "error_status": 429}
     assert render(doc) == ["… retrying (attempt 2/10, 429)"]
+
+
+OSC52 = "\x1b]52;c;cHduZWQ=\x07"
+
+
+def test_escape_sequences_the_agent_wrote_are_spelled_out_wherever_they_show() -> None:
+    hostile = f"{OSC52}\x1b[2J\x9b"
+    spelled = "^[]52;c;cHduZWQ=^G^[[2J<U+009B>"
+    rendered = [
+        *render(assistant({"type": "text", "text": hostile})),
+        *render(assistant({"type": "thinking", "thinking": hostile, "signature": ""})),
+        *render(assistant({"type": "tool_use", "id": "t", "name": hostile, "input": {"cmd": "\x9b"}})),
+        *render(tool_result(hostile)),
+        *render({"type": "result", "is_error": True, "result": hostile, "duration_ms": 1}),
+        *render({"type": "system", "subtype": "init", "session_id": "s", "model": hostile}),
+    ]
+    assert len(rendered) == 6 and all(spelled in line or "<U+009B>" in line for line in rendered), rendered
+    assert not any(c in line for line in rendered for c in "\x1b\x07\x9b")
+
+
+def test_on_a_terminal_our_colors_are_the_only_escape_sequences() -> None:
+    (line,) = render_line(line_from_dict({"type": "result", "is_error": True, "result": OSC52}), color=True)
+    assert line.startswith("\x1b[31m✗ error: ^[]52;c;cHduZWQ=^G") and line.endswith("\x1b[0m")
+    assert line.count("\x1b") == 2
+
+
+def test_raw_passes_what_the_agent_wrote_as_it_came() -> None:
+    doc = assistant({"type": "text", "text": f"copy {OSC52}"})
+    assert render_line(line_from_dict(doc), raw=True) == [f"copy {OSC52}"]
 
 
 def test_subagent_lines_are_indented() -> None:

@@ -3,6 +3,10 @@
 They talk to the running service over its control socket, and read the store directly when it is down
 (saying so). Exit statuses: 0 done, 1 the request failed, 2 bad configuration, 3 no usable state
 directory, 4 the service is needed (`-f`) but not running.
+
+What they print came from the agent and its tasks: its control characters are spelled out
+(`hyperhive.visible`, as `cat -v` does), so no escape sequence in it reaches the operator's terminal;
+`outbox --raw` and `tail --raw` print it as it is.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from hyperhive.cli import config_or_exit
+from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import EXIT_BUSY as EXIT_NOT_RUNNING
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, HyperhiveError, StoreError
+from hyperhive.visible import visible, visible_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,6 +81,14 @@ def _records(config: Config) -> Any:
         _fail(str(exc), EXIT_STATE)
 
 
+_RAW_HELP = "Print what the agent wrote as it came, escape sequences and all (they act on a terminal)."
+
+
+def _shown(raw: bool) -> Callable[[str], str]:
+    """How text from the agent is printed: as it came with `--raw`, else with its controls spelled out."""
+    return (lambda text: text) if raw else visible
+
+
 def _when(t: float | None) -> str:
     from datetime import datetime
 
@@ -86,26 +100,36 @@ def _when(t: float | None) -> str:
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("--from", "source", default="operator", show_default=True, help="Who the wake is from.")
+@click.option(
+    "--from",
+    "source",
+    default=OPERATOR,
+    show_default=True,
+    help="Who the wake is from: 1 to 64 ASCII letters, digits and . _ - @ : / +",
+)
 def send(text: str | None, source: str) -> None:
     """Give the agent a message (TEXT, or standard input when TEXT is absent or `-`).
 
     The wake is stored whether or not the service runs; a running service starts a turn on it at once.
     """
     if text is None or text == "-":
-        text = sys.stdin.read()
-    if not text.strip():
-        _fail("nothing to send: the message is empty")
-    config = config_or_exit(read_mcp_servers=False)
+        # Bytes that are not UTF-8 (task output) are kept as surrogate escapes, then stored as `?`.
+        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     # One id for this request, on the socket and in the fallback: if the service stored the wake and died
     # before answering, storing it here finds it instead of storing it twice. (32 hex digits, as uuid4().hex
     # was, without importing uuid.)
-    request_id = os.urandom(16).hex()
     try:
-        answer = call(_socket(config), "send", body=text, request_id=request_id, **{"from": source})
+        message = check_send(text, source, os.urandom(16).hex())
+    except BadSend as exc:  # the service would refuse it too: refused here, whether it runs or not
+        _fail(exc.message)
+    config = config_or_exit(read_mcp_servers=False)
+    try:
+        answer = call(
+            _socket(config), "send", body=message.body, request_id=message.request_id, **{"from": message.source}
+        )
     except ServiceUnavailable:
         records = _records(config)
-        wake = records.add_wake(source, text, request_id=request_id)
+        wake = records.add_wake(message.source, message.body, request_id=message.request_id)
         click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
         return
     except ControlError as exc:
@@ -129,9 +153,9 @@ def status(as_json: bool) -> None:
     except ControlError as exc:
         _fail(exc.message)
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(info, indent=2))  # ASCII: every control character escaped
         return
-    click.echo(_format_status(info))
+    click.echo(visible(_format_status(info)))  # task commands and turn errors are the agent's text
 
 
 def _offline_status(config: Config) -> dict[str, Any]:
@@ -188,16 +212,18 @@ def _format_status(info: dict[str, Any]) -> str:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new entries (needs the service).")
 @click.option("-n", "--lines", "count", default=20, show_default=True, help="How many of the last entries.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
-def outbox(follow: bool, count: int, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help=_RAW_HELP)
+def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
     """What the agent replied (and the service's notices), oldest first."""
     config = config_or_exit(read_mcp_servers=False)
     records = _records(config)
+    shown = _shown(raw)
 
     def show(row: Any) -> None:
         if as_json:
-            click.echo(json.dumps(row.__dict__), nl=True)
+            click.echo(json.dumps(row.__dict__), nl=True)  # ASCII: every control character escaped
         else:
-            click.echo(f"[{row.id}] {_when(row.created_at)} {row.source}: {row.body}")
+            click.echo(shown(f"[{row.id}] {_when(row.created_at)} {row.source}: {row.body}"))
         sys.stdout.flush()
 
     last = 0
@@ -235,24 +261,28 @@ def _follow(run: Callable[[], Any]) -> None:
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
-@click.option("--json", "as_json", is_flag=True, help="The raw stream-json lines instead of readable ones.")
-def tail(follow: bool, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The stream-json lines instead of readable ones.")
+@click.option("--raw", is_flag=True, help=_RAW_HELP)
+def tail(follow: bool, as_json: bool, raw: bool) -> None:
     """The agent's turns as they happen (readable like `hyperhive turn --render`)."""
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
 
     config = config_or_exit(read_mcp_servers=False)
     color = use_color(sys.stdout)
+    shown = _shown(raw)
+    # JSON escapes C0 itself; C1 controls, bidi overrides and line separators are escaped too unless raw.
+    as_text: Callable[[Any], str] = (lambda doc: json.dumps(doc, ensure_ascii=False)) if raw else visible_json
 
     def show_line(doc: dict[str, Any]) -> None:
         if as_json:
-            click.echo(json.dumps(doc, ensure_ascii=False))
+            click.echo(as_text(doc))
         else:
             try:
-                for text in render_line(line_from_dict(doc), color=color):
+                for text in render_line(line_from_dict(doc), color=color, raw=raw):
                     click.echo(text)
             except HyperhiveError:
-                click.echo(json.dumps(doc, ensure_ascii=False))
+                click.echo(as_text(doc))
         sys.stdout.flush()
 
     if not follow:
@@ -261,9 +291,9 @@ def tail(follow: bool, as_json: bool) -> None:
         if latest is None:
             click.echo("no turns yet")
             return
-        for raw in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
+        for stored in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
             try:
-                show_line(json.loads(raw))
+                show_line(json.loads(stored))
             except ValueError:
                 continue
         return
@@ -277,12 +307,12 @@ def tail(follow: bool, as_json: bool) -> None:
                 continue
             elif kind == "turn_start":
                 wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
-                click.echo(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}")
+                click.echo(shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
             elif kind == "turn_end":
                 error = f": {event['error']}" if event.get("error") else ""
-                click.echo(f"── turn {event['turn']} {event['outcome']}{error}")
+                click.echo(shown(f"── turn {event['turn']} {event['outcome']}{error}"))
             elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
-                click.echo(f"── {event['state']}")
+                click.echo(shown(f"── {event['state']}"))
             elif kind == "dropped":
                 click.echo(f"── {event['reason']}; reconnect to follow again", err=True)
             sys.stdout.flush()

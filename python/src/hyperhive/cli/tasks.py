@@ -1,6 +1,8 @@
 """`hyperhive tasks`: list, show and kill background tasks, reading the same store as the servers.
 
 It never creates state: against a state directory or database that does not exist it says so (exit 3).
+A task's command and output are the agent's: printed with their control characters spelled out
+(`hyperhive.visible`), so none of them acts on the operator's terminal.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, format_view, summary, view_dict
+from hyperhive.visible import visible
 
 
 def _store(config: Config) -> Store:
@@ -49,7 +52,7 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
             click.echo("no tasks")
         else:
             for row in rows:
-                click.echo(summary(row))
+                click.echo(visible(summary(row)))
 
 
 @tasks.command()
@@ -67,7 +70,7 @@ def show(task_id: str, as_json: bool) -> None:
         except ToolFailure as exc:
             click.echo(f"hyperhive tasks: {exc}", err=True)
             sys.exit(EXIT_FAILED)
-        click.echo(json.dumps(view_dict(view)) if as_json else format_view(view))
+        click.echo(json.dumps(view_dict(view)) if as_json else visible(format_view(view)))
 
 
 @tasks.command()
@@ -85,6 +88,6 @@ def kill(task_id: str) -> None:
             click.echo(f"hyperhive tasks: {exc}", err=True)
             sys.exit(EXIT_FAILED)
         if result.survived:
-            click.echo(describe_kill(result), err=True)
+            click.echo(visible(describe_kill(result)), err=True)
             sys.exit(EXIT_FAILED)
-        click.echo(("killed: " if result.was_running else "already ended: ") + describe_kill(result))
+        click.echo(visible(("killed: " if result.was_running else "already ended: ") + describe_kill(result)))

@@ -28,7 +28,9 @@ TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type chec
 if TYPE_CHECKING:
     from typing import Any
 
-MAX_REQUEST = 1 << 20
+# A send's body may be 1 MiB (control/send.py measures the text itself); as JSON each control character in it
+# takes six bytes (`\u001b`), so a request may be six times that, with room for the rest of the request.
+MAX_REQUEST = 6 * (1 << 20) + (64 << 10)
 # A single answer may carry a tool result with two 4 KiB tails; stream events carry one stream-json line.
 MAX_ANSWER = 64 << 20
 

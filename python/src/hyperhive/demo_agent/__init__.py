@@ -7,8 +7,8 @@ wakes the agent, the agent replies through hyperhive's own tools.
 
 What a turn does is decided by the prompt alone (the agent keeps no state, so `session/load` works after
 any restart). The prompt lists wakes, each under a header naming its source
-(`--- wake 17 from operator at 2026-12-01T06:40:12Z ---`, docs/architecture.md "The prompt format");
-a prompt without headers is one operator message. Per wake:
+(`--- wake 17 from operator at 2026-12-01T06:40:12Z [3f9a61c2] ---`, docs/architecture.md "The prompt
+format"), each line of its text after `| `; a prompt without headers is one operator message. Per wake:
 
 - from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
   background task"` (or the text after `run: `); `remind <N>s: <text>` calls `mcp__hyperhive__remind`

@@ -19,9 +19,10 @@ DEMO_COMMAND = 'sleep 1; echo "hello from a background task"'
 BASH = "bash"
 HYPERHIVE = "hyperhive"
 
-# A wake's header: `--- wake 17 from operator at 2026-12-01T06:40:12Z ---` (tolerant: any `---` line
-# naming `from <source>`).
+# A wake's header: `--- wake 17 from operator at 2026-12-01T06:40:12Z [3f9a61c2] ---` (tolerant: any `---`
+# line naming `from <source>`; no line of a wake's text starts with `---`, each starts with `|`).
 _HEADER = re.compile(r"^---.*?\bfrom (\S+).*$", re.MULTILINE)
+_QUOTED = re.compile(r"^\| ?", re.MULTILINE)
 _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _RUN = re.compile(r"run:\s*(.*)", re.DOTALL | re.IGNORECASE)
 
@@ -61,7 +62,7 @@ def parse_wakes(prompt: str) -> list[Wake]:
     wakes = []
     for i, match in enumerate(headers):
         end = headers[i + 1].start() if i + 1 < len(headers) else len(prompt)
-        wakes.append(Wake(match.group(1), prompt[match.end() : end].strip()))
+        wakes.append(Wake(match.group(1), _QUOTED.sub("", prompt[match.end() : end].strip())))
     return wakes
 
 

@@ -9,8 +9,8 @@ one request:
 
 Streaming ops (`subscribe`) keep writing one JSON object per line after the first answer until the client
 hangs up. A client that hangs up early cancels its request (a `run` cancelled by the agent stops waiting
-inline). Requests are at most 1 MiB; anything malformed gets a clear `ok: false` answer and the connection
-is closed, nothing more.
+inline). Requests are at most 6 MiB and 64 KiB (`MAX_REQUEST`: room for a 1 MiB body as JSON); anything
+malformed gets a clear `ok: false` answer and the connection is closed, nothing more.
 
 The wire itself (names, bounds, errors, the answer's shape) is defined in control/wire.py, which
 the per-turn forwarding bash server uses alone, with its blocking client: it must not import anyio.
@@ -125,7 +125,7 @@ class ControlServer:
         try:
             line = await reader.receive_until(b"\n", MAX_REQUEST)
         except anyio.DelimiterNotFound:
-            await stream.send(_dump({"ok": False, "kind": "bad_request", "error": "request over 1 MiB"}))
+            await stream.send(_dump({"ok": False, "kind": "bad_request", "error": f"request over {MAX_REQUEST} bytes"}))
             return
         except anyio.IncompleteRead:
             return

@@ -23,7 +23,6 @@ from hyperhive.store.database import Store
 from hyperhive.store.wakes import QueueCounts, WakeRow, WakeTable
 
 TurnOutcome = Literal["running", "answered", "cancelled", "failed", "interrupted"]
-OPERATOR = "operator"
 TIMER = "timer"
 HARNESS = "harness"
 AGENT = "agent"

@@ -33,13 +33,13 @@ from anyio.abc import TaskGroup
 from hyperhive import __version__, statedir
 from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
+from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
 from hyperhive.harness.control import ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import SystemdNotifier
-from hyperhive.harness.records import OPERATOR
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
@@ -52,7 +52,6 @@ from hyperhive.tasks.tools import build_tools
 
 log = logging.getLogger("hyperhive.harness")
 
-MAX_WAKE_BODY = 1 << 20
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After the turn was asked to stop: its own cancel grace, then this much more before the scope is cancelled.
 STOP_MARGIN = 5.0
@@ -77,19 +76,12 @@ class Service:
             return Reply({"pid": os.getpid(), "version": __version__, "state": self.loop.state})
 
         async def send(req: dict[str, Any]) -> Reply:
-            body = req.get("body")
-            source = req.get("from", OPERATOR)
-            if not isinstance(body, str) or not body.strip():
-                raise RequestRefused("bad_request", "send needs a non-empty message body")
-            if len(body.encode("utf-8", "surrogatepass")) > MAX_WAKE_BODY:
-                raise RequestRefused("bad_request", f"the message is over {MAX_WAKE_BODY} bytes; send a file path")
-            if not isinstance(source, str) or not source.strip() or len(source) > 200:
-                raise RequestRefused("bad_request", "`from` must be a short non-empty name")
+            try:
+                message = check_send(req.get("body"), req.get("from", OPERATOR), req.get("request_id"))
+            except BadSend as exc:
+                raise RequestRefused("bad_request", exc.message) from exc
             # The client's id for this request: a send retried after a lost answer stores its wake once.
-            request_id = req.get("request_id")
-            if request_id is not None and (not isinstance(request_id, str) or not 0 < len(request_id) <= 200):
-                raise RequestRefused("bad_request", "`request_id` must be a string of 1 to 200 characters")
-            wake = await self.inbox.add_wake(source, _clean(body), request_id=request_id)
+            wake = await self.inbox.add_wake(message.source, message.body, request_id=message.request_id)
             return Reply({"wake_id": wake.id})
 
         async def status(req: dict[str, Any]) -> Reply:
@@ -146,11 +138,6 @@ class Service:
             "http": self.http_url,
             "subscribers": self.inbox.feed.subscribers,
         }
-
-
-def _clean(body: str) -> str:
-    """Lone surrogates (from a terminal in a broken locale) cannot be stored as UTF-8: replace them."""
-    return body.encode("utf-8", "replace").decode("utf-8") if any(0xD800 <= ord(c) < 0xE000 for c in body) else body
 
 
 async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:

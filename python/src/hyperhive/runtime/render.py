@@ -5,7 +5,10 @@
     « result: README.md… (12 lines)
     ✓ end_turn · 1.2 s · 1234 tokens
 
-Color only on a terminal, and never when NO_COLOR is set (https://no-color.org).
+Color only on a terminal, and never when NO_COLOR is set (https://no-color.org). What the agent or its
+tools wrote is shown with its control characters spelled out (`visible.py`, as `cat -v` does): an escape
+sequence in a reply is the terminal's command otherwise (clipboard writes, the window title, clearing the
+screen). `raw=True` passes it as it came, for those who ask for the bytes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from hyperhive.runtime.stream import (
     ToolUseBlock,
     UserLine,
 )
+from hyperhive.visible import visible
 
 TOOL_INPUT_CHARS = 160
 RESULT_CHARS = 120
@@ -63,9 +67,10 @@ class RenderSink:
             self.stream.flush()
 
 
-def render_line(line: StreamLine, *, color: bool = False) -> list[str]:
-    """The terminal lines for one stream line (none for lines a reader does not need)."""
-    paint = _Painter(color)
+def render_line(line: StreamLine, *, color: bool = False, raw: bool = False) -> list[str]:
+    """The terminal lines for one stream line (none for lines a reader does not need); its text with control
+    characters spelled out unless `raw`."""
+    paint = _Painter(color, raw)
     if isinstance(line, SystemLine):
         out = _system(line, paint)
     elif isinstance(line, AssistantLine):
@@ -82,13 +87,18 @@ def render_line(line: StreamLine, *, color: bool = False) -> list[str]:
 
 
 class _Painter:
-    def __init__(self, enabled: bool) -> None:
+    """Every piece of a rendered line goes through here: made visible (unless raw), then colored. Our own
+    escape codes are added after, so they are the only ones that reach the terminal."""
+
+    def __init__(self, enabled: bool, raw: bool = False) -> None:
         self.enabled = enabled
+        self.raw = raw
 
     def __call__(self, text: str, *codes: str) -> str:
+        shown = text if self.raw else visible(text)
         if not self.enabled or not codes:
-            return text
-        return f"\x1b[{';'.join(codes)}m{text}\x1b[0m"
+            return shown
+        return f"\x1b[{';'.join(codes)}m{shown}\x1b[0m"
 
 
 def _system(line: SystemLine, paint: _Painter) -> list[str]:
@@ -116,12 +126,12 @@ def _assistant(line: AssistantLine, paint: _Painter) -> list[str]:
     for block in line.message.content:
         if isinstance(block, TextBlock):
             if block.text.strip():
-                out.append(block.text.rstrip("\n"))
+                out.append(paint(block.text.rstrip("\n")))
         elif isinstance(block, ThinkingBlock):
             out += [paint(f"✻ {text}", _DIM) for text in block.thinking.strip().splitlines() if text.strip()]
         elif isinstance(block, ToolUseBlock):
             args = json.dumps(block.input, ensure_ascii=False)
-            out.append(f"{paint('»', _CYAN)} {paint(block.name, _BOLD)} {shorten(args, TOOL_INPUT_CHARS)}")
+            out.append(f"{paint('»', _CYAN)} {paint(block.name, _BOLD)} {paint(shorten(args, TOOL_INPUT_CHARS))}")
         else:
             out.append(paint(f"» [{block.type}]", _DIM))
     return out
