@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from hyperhive.procs.cgroup import cgroup2_mount
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import WakeTable
-from hyperhive.tasks.cgroup import cgroup2_mount
 from tests.faults.conftest import Record, soak
 from tests.unit.harness_service import Service, running_service, service_env, socket_answers, start_service
 

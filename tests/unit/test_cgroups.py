@@ -14,9 +14,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from hyperhive.procs import cgroup
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
-from hyperhive.tasks import cgroup
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, view_dict
 from tests.unit.bash_client import BashClient, server_env

@@ -17,11 +17,10 @@ import anyio
 import pytest
 
 from hyperhive.errors import StoreUnavailable
-from hyperhive.procs.group import group_alive, process_start
+from hyperhive.procs.group import group_alive, group_size, process_start
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import WakeTable
-from hyperhive.tasks.cgroup import group_members
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.output import read_tail
 from hyperhive.tasks.report import describe_kill, format_view, view_dict
@@ -210,7 +209,7 @@ async def test_processes_left_by_an_ended_task_are_reported_and_killed(tmp_path:
             result = await engine.run("sleep 1000 & echo started", wait_seconds=10)
             row = result.view.row
             assert row.status == "done"
-            assert row.pid is not None and group_members(row.pid) == 1
+            assert row.pid is not None and group_size(row.pid) == 1
             view = await engine.status(row.id)
             assert view.remaining == 1 and view_dict(view)["remaining_processes"] == 1
             assert "still running in its process group" in format_view(view)

@@ -278,8 +278,7 @@ class _CountingProc(type(Path())):  # type: ignore[misc]
 
 @pytest.fixture
 def counted_proc(monkeypatch: pytest.MonkeyPatch) -> type[_CountingProc]:
-    from hyperhive.procs import group
-    from hyperhive.tasks import cgroup
+    from hyperhive.procs import cgroup, group
 
     monkeypatch.setattr(_CountingProc, "scans", 0)
     monkeypatch.setattr(group, "_PROC", _CountingProc("/proc"))
@@ -310,11 +309,11 @@ async def test_groups_terminated_together_share_each_proc_scan(counted_proc: typ
 
 def test_members_of_a_group_that_is_gone_are_counted_without_a_scan(counted_proc: type[_CountingProc]) -> None:
     # Every task's end asks what its group left behind; a scan per end stalled 500 tasks ending at once.
-    from hyperhive.tasks import cgroup
+    from hyperhive.procs.group import group_size
 
     child = subprocess.Popen(["true"], start_new_session=True)
     child.wait()
-    assert cgroup.group_members(child.pid) == 0
+    assert group_size(child.pid) == 0
     assert counted_proc.scans == 0
 
 

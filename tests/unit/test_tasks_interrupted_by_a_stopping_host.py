@@ -24,11 +24,11 @@ import anyio
 import pytest
 
 from hyperhive.control.wire import ControlCall
+from hyperhive.procs import Child
 from hyperhive.procs.group import group_alive, process_start
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskRow, TaskTable
 from hyperhive.store.wakes import WakeTable
-from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.harness_service import running_service
 from tests.unit.test_engine_hardening import gone_pid
@@ -105,17 +105,17 @@ async def test_an_exit_seen_before_the_host_began_to_stop_but_recorded_after_is_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decision is read when the end is recorded, not when the leader was reaped: a gate between the
-    two (at the engine's boundary with `procs.wait_exit`) lets the host begin to stop in between."""
+    two (at the engine's boundary with `procs`: `Child.wait`) lets the host begin to stop in between."""
     reaped, record = anyio.Event(), anyio.Event()
-    real_wait_exit = engine_module.wait_exit
+    real_wait = Child.wait
 
-    async def reaped_then_held(proc: subprocess.Popen[bytes]) -> int:
-        code = await real_wait_exit(proc)
+    async def reaped_then_held(child: Child) -> int:
+        code = await real_wait(child)
         reaped.set()
         await record.wait()
         return code
 
-    monkeypatch.setattr(engine_module, "wait_exit", reaped_then_held)
+    monkeypatch.setattr(Child, "wait", reaped_then_held)
     db = tmp_path / "db"
     with Store(db) as store:
         async with TaskEngine(TaskTable(store), tmp_path / "tasks", tmp_path, cgroup="off") as engine:

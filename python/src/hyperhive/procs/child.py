@@ -1,148 +1,90 @@
-"""Exit detection for any child we spawned, and `Child`: one supervised child process, start to reaped end.
+"""`Child`: one supervised child process, from its spawn to its reaped end and what it left behind.
 
-Exit detection (`ExitWatch`, `wait_exit`) depends neither on the anyio version nor on asyncio's child
-watcher: a plain `subprocess.Popen`, a pidfd that the event loop watches (`anyio.wait_readable`), then a
-non-blocking reap (`Popen.poll()`, i.e. `waitpid(WNOHANG)`). When `pidfd_open` fails (EMFILE in a burst of
-spawns, ENOSYS on an old kernel, EPERM under seccomp) the reap is polled with a short backoff instead:
-never a blocking `wait()` on the event loop. The leader's exit is seen the moment it happens, whoever still
-holds its pipes (a grandchild keeping stdout open does not hide it, as it does from asyncio's `wait()`
-before Python 3.12 and anyio 4.15).
+A `Child` leads its own process group (`start_new_session`) with explicit stdio (spawn.py), optionally held
+at a start gate and placed in a cgroup. Its exit is seen through `ExitWatch` (exits.py). It offers what every
+caller needs and no caller writes again:
 
-A `Child` leads its own process group (`start_new_session`) with explicit stdio: a pipe (our end becomes
-an anyio byte stream, `pipes.py`), `/dev/null`, or an fd the caller opened (a file). Never our own stdin,
-stdout or stderr: in the bash server our stdout is the protocol. It offers what every caller needs and no
-caller writes again:
-
-- `wait()` reaps the leader (any number of concurrent callers); `wait_gone()` also ends what the leader
-  left in its group (first `leftover_settle` seconds to end on its own, then TERM, `leftover_grace`, KILL);
+- `wait()` reaps the leader (any number of concurrent callers); `poll()` reaps it if it has exited;
+- what the leader leaves in its group is either ended (`wait_gone()`: first `leftover_settle` seconds to end
+  on its own, then TERM, `leftover_grace`, KILL; the runtimes' agents and claude) or kept track of
+  (`Leftovers`, leftovers.py: the task engine, whose `status` and `kill` report and reach what a task left);
 - `drain_stderr()` reads a piped stderr to its end, logging each line and keeping a bounded tail;
 - `supervise()` runs both: the one background job a child needs for as long as it lives;
-- `signal()`, `terminate()` (TERM → grace → KILL on the group), `stop()` (EOF first), `kill()`, `aclose()`.
+- `signal()`, `terminate()` (TERM → grace → KILL on the group, then reaped), `stop()` (EOF first),
+  `kill()`, `end_all()` (the group's ladder without waiting for the leader, then `cgroup.kill`), `aclose()`;
+- `record=True` (the default) writes it down in the service's registry (registry.py) while it lives, so a
+  successor ends it should this process be killed; the tasks are not (the engine's recovery owns them).
 
 The group id is the leader's pid. It cannot be reused while the leader is unreaped or any process is in
-the group; so the group is signalled freely until the leader is reaped, after that only while /proc shows
-members, and never again once it was seen empty.
+the group; so the group is signalled freely until the leader is reaped, after that only while it has
+members, and never again once it was seen empty (`gone`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 import anyio
 
+from hyperhive.procs import cgroup as cgroups
 from hyperhive.procs import registry
-from hyperhive.procs.group import group_alive, signal_group, terminate_group
+from hyperhive.procs.exits import ExitWatch
+from hyperhive.procs.group import group_alive, group_size, signal_group, terminate_group
 from hyperhive.procs.pipes import FdReceiveStream, FdSendStream
+from hyperhive.procs.spawn import Launched, Stdio, launch
 
 logger = logging.getLogger("hyperhive.procs")
 
-Stdio = Literal["pipe", "devnull"] | int
 STDERR_TAIL_BYTES = 8 * 1024
 # A stderr "line" longer than this is logged in pieces rather than buffered without end.
 STDERR_LINE_MAX = 8 * 1024
-# The reap poll when no pidfd can be had: from 2 ms, doubling, to 50 ms.
-_POLL_FIRST = 0.002
-_POLL_MAX = 0.05
 # KILL cannot be ignored; this bound only guards against a process stuck in the kernel (D state).
-_KILL_WAIT = 10.0
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux ≥ 5.3, no fd left (EMFILE), seccomp (EPERM), reaped
-        return None
-
-
-class ExitWatch:
-    """Detects the exit of a `Popen` child and reaps it, without blocking the event loop.
-
-    Open it while the child is unreaped (its pid cannot then belong to anyone else); `close()` it after.
-    Any number of tasks may `wait()` at once: one of them watches the pidfd, the others queue behind it.
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self._fd = _pidfd(proc.pid) if proc.returncode is None else None
-        self._lock = anyio.Lock()
-        self._poll = _POLL_FIRST
-
-    @property
-    def polling(self) -> bool:
-        """True when no pidfd could be had and exit is found by polling."""
-        return self._fd is None and self.proc.returncode is None
-
-    async def wait(self) -> int:
-        """The leader's exit status once reaped (as `Popen.returncode`: negative for a signal)."""
-        while (code := self.proc.poll()) is None:
-            async with self._lock:  # one waiter on the pidfd: the event loop keeps one callback per fd
-                if self.proc.poll() is not None:
-                    continue
-                if self._fd is not None:
-                    await anyio.wait_readable(self._fd)
-                    if self.proc.poll() is None:  # readable means exited: never spin on a surprise
-                        await anyio.sleep(_POLL_FIRST)
-                else:
-                    await anyio.sleep(self._poll)
-                    self._poll = min(self._poll * 2, _POLL_MAX)
-        return code
-
-    def close(self) -> None:
-        """Release the pidfd. Not while another task may still be waiting on it."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-
-async def wait_exit(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for `proc` to exit and reap it; never blocks the event loop. See `ExitWatch`."""
-    watch = ExitWatch(proc)
-    try:
-        return await watch.wait()
-    finally:
-        watch.close()
+KILL_WAIT = 10.0
 
 
 class Child:
-    """One spawned child process leading its own group. Create with `spawn`; always end with `aclose()`."""
+    """One spawned child process leading its own group. Create with `spawn`; end with `aclose()`, or, for a
+    child whose leftovers are kept track of, once it is reaped and its group seen empty (`Leftovers`)."""
 
     def __init__(
         self,
-        proc: subprocess.Popen[bytes],
+        launched: Launched,
         *,
-        stdin: FdSendStream | None,
-        stdout: FdReceiveStream | None,
-        stderr: FdReceiveStream | None,
         label: str,
         log: logging.Logger,
+        cgroup: Path | None,
         leftover_settle: float,
         leftover_grace: float,
+        kill_wait: float,
         tail_bytes: int,
     ) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-        self.pgid = proc.pid  # a session leader leads its own group
+        self.proc = launched.proc
+        self.pid = self.proc.pid
+        self.pgid = self.proc.pid  # a session leader leads its own group
         self.label = label
         self.log = log
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = stderr
+        self.cgroup = cgroup
+        self.stdin = FdSendStream(launched.stdin) if launched.stdin is not None else None
+        self.stdout = FdReceiveStream(launched.stdout) if launched.stdout is not None else None
+        self.stderr = FdReceiveStream(launched.stderr) if launched.stderr is not None else None
         self.leftover_settle = leftover_settle
         self.leftover_grace = leftover_grace
+        self.kill_wait = kill_wait
         self.exited = anyio.Event()  # the leader is reaped
         self.gone = anyio.Event()  # ... and its group is empty: nothing of it is left
         self.stderr_done = anyio.Event()
-        self._watch = ExitWatch(proc)
+        self._gate = launched.gate
+        self._watch = ExitWatch(self.proc)
         self._group_lock = anyio.Lock()
         self._tail = bytearray()
         self._tail_bytes = tail_bytes
-        if stderr is None:
+        self._recorded = False
+        if self.stderr is None:
             self.stderr_done.set()
 
     @classmethod
@@ -150,75 +92,61 @@ class Child:
         cls,
         argv: Sequence[str],
         *,
-        cwd: Path,
         stdin: Stdio,
         stdout: Stdio,
         stderr: Stdio,
+        cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
         label: str | None = None,
         log: logging.Logger = logger,
+        gate: bool = False,
+        cgroup: Path | None = None,
+        record: bool = True,
         leftover_settle: float = 0.0,
         leftover_grace: float = 1.0,
+        kill_wait: float = KILL_WAIT,
         tail_bytes: int = STDERR_TAIL_BYTES,
     ) -> Child:
-        """Start `argv` leading a new session and process group. `OSError` if it cannot be started.
+        """Start `argv` leading a new session and process group (spawn.py says what stdin, stdout, stderr,
+        `gate` and `cgroup` may be). `OSError` if it cannot be started; nothing of ours is left open then.
 
-        Each of stdin, stdout, stderr is "pipe" (our end becomes `self.stdin` / `stdout` / `stderr`),
-        "devnull", or an fd the caller opened (the child gets a copy; the caller still owns and closes it).
+        A piped stdin, stdout or stderr becomes `self.stdin` / `stdout` / `stderr` (anyio byte streams).
+        `record`: written down in the service's registry while it lives (see registry.py).
         """
-        ours: list[int] = []
-        theirs: list[int] = []
-
-        def child_end(spec: Stdio, reading: bool) -> int:
-            if isinstance(spec, int):
-                if spec in (0, 1, 2):
-                    raise ValueError("a child never shares our stdin, stdout or stderr; give it a pipe or a file")
-                return spec
-            if spec == "devnull":
-                fd = os.open(os.devnull, (os.O_RDONLY if reading else os.O_WRONLY) | os.O_CLOEXEC)
-                theirs.append(fd)
-                return fd
-            r, w = os.pipe2(os.O_CLOEXEC)
-            mine, child = (w, r) if reading else (r, w)
-            ours.append(mine)
-            theirs.append(child)
-            return child
-
-        try:
-            fds = (child_end(stdin, True), child_end(stdout, False), child_end(stderr, False))
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=fds[0],
-                stdout=fds[1],
-                stderr=fds[2],
-                cwd=cwd,
-                env=None if env is None else dict(env),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except BaseException:
-            for fd in ours:
-                os.close(fd)
-            raise
-        finally:
-            for fd in theirs:
-                os.close(fd)
-        mine = iter(ours)
+        launched = launch(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, gate=gate, cgroup=cgroup)
         child = cls(
-            proc,
-            stdin=FdSendStream(next(mine)) if stdin == "pipe" else None,
-            stdout=FdReceiveStream(next(mine)) if stdout == "pipe" else None,
-            stderr=FdReceiveStream(next(mine)) if stderr == "pipe" else None,
+            launched,
             label=label or argv[0],
             log=log,
+            cgroup=cgroup,
             leftover_settle=leftover_settle,
             leftover_grace=leftover_grace,
+            kill_wait=kill_wait,
             tail_bytes=tail_bytes,
         )
-        registry.remember(child.pid, child.label)  # for the next start, should this process be killed
+        if record:
+            registry.remember(child.pid, child.label)  # for the next start, should this process be killed
+            child._recorded = True
         if child._watch.polling:
             log.warning("%s (pid %d): pidfd_open failed, so its exit is polled", child.label, child.pid)
         return child
+
+    # -- the start gate ------------------------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Let a gated child run (spawn.py): the line its leader waits for, then EOF. Synchronous, so that
+        nothing can come between the caller's record of the child and its release."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            with contextlib.suppress(OSError):  # the leader is already gone (killed): nothing to release
+                os.write(gate, b"go\n")
+            os.close(gate)
+
+    def close_gate(self) -> None:
+        """Close the gate without the line (if still closed): the leader exits 125 without running anything."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            os.close(gate)
 
     # -- state ---------------------------------------------------------------------------------------------
 
@@ -239,7 +167,14 @@ class Child:
 
     async def wait(self) -> int:
         """Reap the leader: its exit status (negative for a signal). Any number of tasks may wait at once."""
-        code = await self._watch.wait()
+        return self._reaped(await self._watch.wait())
+
+    def poll(self) -> int | None:
+        """The leader's exit status if it has exited (reaped now), else None. Never waits."""
+        code = self._watch.poll()
+        return None if code is None else self._reaped(code)
+
+    def _reaped(self, code: int) -> int:
         if not self.exited.is_set():
             self.exited.set()
             self.log.info("%s (pid %d) exited with code %s", self.label, self.pid, code)
@@ -333,8 +268,57 @@ class Child:
         with anyio.CancelScope(shield=True):
             if not self.gone.is_set():
                 self.signal(signal.SIGKILL)
-            if await self.wait_within(_KILL_WAIT, gone=True) is None:
-                self.log.error("%s (pid %d) survived SIGKILL for %g s", self.label, self.pid, _KILL_WAIT)
+            if await self.wait_within(self.kill_wait, gone=True) is None:
+                self.log.error("%s (pid %d) survived SIGKILL for %g s", self.label, self.pid, self.kill_wait)
+
+    async def end_all(self, grace: float) -> bool:
+        """TERM the whole group, `grace`, KILL (`terminate_group`: it waits for the group, not the leader,
+        and reaps nothing); then `cgroup.kill` for what left the group. True if anything survived: in the
+        cgroup when there is one (everything the child started), else in the process group (a process that
+        left it with `setsid` is neither seen nor reached). Not once the group was seen empty."""
+        survived = False if self.gone.is_set() else await terminate_group(self.pgid, grace)
+        if self.cgroup is None:
+            return survived
+        return await self.kill_cgroup()
+
+    async def kill_cgroup(self) -> bool:
+        """`cgroup.kill` and wait until the cgroup is empty; True if something is still there."""
+        return False if self.cgroup is None else await cgroups.kill_and_wait(self.cgroup)
+
+    # -- what the leader left ------------------------------------------------------------------------------
+
+    def has_leftovers(self) -> bool:
+        """Whether anything of the child still runs: anything in its cgroup, or else in its process group."""
+        if self.gone.is_set():
+            return False
+        if self.cgroup is not None:
+            return cgroups.populated(self.cgroup)
+        return group_size(self.pgid) > 0
+
+    def remaining(self, newer_than: float | None = None) -> int:
+        """How many processes of the child still run (in its cgroup, or else its process group). With
+        `newer_than` (monotonic), a /proc scan begun after it may serve: one scan for a pass over many."""
+        if self.gone.is_set():
+            return 0
+        if self.cgroup is not None:
+            return len(cgroups.procs(self.cgroup))
+        return group_size(self.pgid, newer_than=newer_than)
+
+    def mark_gone(self) -> None:
+        """Nothing of the child is left (seen empty): its group id is never signalled again, and its cgroup,
+        if empty, is removed."""
+        self.gone.set()
+        self.remove_cgroup()
+
+    def remove_cgroup(self) -> bool:
+        """Remove the child's cgroup if it is empty; False if it still holds processes (or there is none)."""
+        return self.cgroup is not None and cgroups.remove(self.cgroup)
+
+    def usage(self) -> tuple[int | None, int | None]:
+        """(CPU time in µs, peak memory in bytes) of the child's cgroup; Nones without one."""
+        return cgroups.usage(self.cgroup) if self.cgroup is not None else (None, None)
+
+    # -- stdin ---------------------------------------------------------------------------------------------
 
     async def close_stdin(self) -> None:
         """EOF on the child's stdin (when it is our pipe)."""
@@ -364,7 +348,9 @@ class Child:
         Idempotent, shielded, bounded."""
         with anyio.CancelScope(shield=True):
             await self.kill()
-            registry.forget(self.pid)
+            self.close_gate()
+            if self._recorded:
+                registry.forget(self.pid)
             with anyio.move_on_after(1.0):
                 await self.stderr_done.wait()
             for stream in (self.stdin, self.stdout, self.stderr):

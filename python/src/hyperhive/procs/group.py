@@ -136,11 +136,12 @@ def signal_group(pgid: int, sig: signal.Signals | int) -> bool:
     return True
 
 
-async def terminate_group(pgid: int, grace: float, *, poll: float = 0.02) -> bool:
-    """TERM the whole group, wait up to `grace` seconds, then KILL. Returns True if anything survived."""
+async def terminate_group(pgid: int, grace: float, *, poll: float = 0.02, kill_wait: float = 2.0) -> bool:
+    """TERM the whole group, wait up to `grace` seconds, then KILL and wait up to `kill_wait` seconds for it
+    to be gone. Returns True if anything survived."""
     if not signal_group(pgid, signal.SIGTERM):
         return False
     if await _gone_within(pgid, grace, poll, time.monotonic()):
         return False
     signal_group(pgid, signal.SIGKILL)
-    return not await _gone_within(pgid, 2.0, poll, time.monotonic())
+    return not await _gone_within(pgid, kill_wait, poll, time.monotonic())

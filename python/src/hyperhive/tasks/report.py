@@ -1,12 +1,41 @@
-"""How a task is shown: compact text for agents and terminals, and a JSON-safe dict for structured content."""
+"""How a task is shown: compact text for agents and terminals, a JSON-safe dict for structured content, and
+the body of the wake that tells the agent a task ended."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from hyperhive.store.tasks import TaskRow
-from hyperhive.tasks.engine import KillResult, TaskView, describe_end
-from hyperhive.tasks.output import Tail
+from hyperhive.tasks.output import Tail, last_lines
+from hyperhive.tasks.views import KillResult, TaskView
+
+WAKE_STDOUT_LINES = 20
+
+
+def describe_end(row: TaskRow) -> str:
+    """One phrase for how a task ended: 'exit code 0', 'killed by SIGKILL', 'could not start: …'."""
+    if row.error and row.exit_code is None and row.signal is None:
+        return row.error
+    if row.exit_code is not None:
+        return f"exit code {row.exit_code}"
+    if row.signal is not None:
+        try:
+            name = signal.Signals(row.signal).name
+        except ValueError:
+            name = f"signal {row.signal}"
+        return f"ended by {name}"
+    return row.status
+
+
+def wake_body(row: TaskRow, stdout: Tail) -> str:
+    """What the agent reads when a task it is not waiting on ends (`stdout`: the tail of its output)."""
+    lines = last_lines(stdout.text, WAKE_STDOUT_LINES)
+    head = f"task {row.id} {row.status} ({describe_end(row)}): {row.cmd}"
+    if row.status == "interrupted":
+        head += "\nIts host process stopped; the command may have been cut short. Run it again if needed."
+    body = f"{head}\nlast stdout lines ({stdout.total_bytes} bytes in all):\n{lines}" if lines else head
+    return body + f"\nmcp__bash__status(id={row.id}) shows the full status."
 
 
 def view_dict(view: TaskView) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Containment: a cgroup v2 per task where the engine has a delegated cgroup, process groups otherwise.
+"""Containment: a cgroup v2 per task where the task engine has a delegated cgroup, process groups otherwise.
 
-A process group is what `killpg` reaches: everything the task started, unless a process left the group
+A process group is what `killpg` reaches: everything a child started, unless a process left the group
 (`setsid`, a daemon's double fork into a new session). A cgroup holds every descendant whatever it does
 with sessions and groups, and `cgroup.kill` SIGKILLs them all at once; it also accounts the CPU time
 (`cpu.stat` usage_usec) and, with the memory controller, the peak memory (`memory.peak`).
@@ -16,10 +16,7 @@ Where the cgroups come from (`HIVE_CGROUP`, or the engine's `cgroup` argument):
 - an absolute path: an existing (or creatable) cgroup directory to create `task-<id>` under; the engine
   stays where it is (tests, and hosts that set up the tree themselves).
 
-A child is placed in its cgroup before it runs any of the task's code: it is spawned as a tiny `sh` that
-writes its own pid to `cgroup.procs` and then execs the task's shell, keeping its pid. (A `preexec_fn`
-would do the same without the extra exec, but it is unsafe in a process that has threads, and the engine
-keeps its store calls on one.)
+A child is placed in its cgroup before it runs anything of its own (`Child.spawn(cgroup=...)`, spawn.py).
 """
 
 from __future__ import annotations
@@ -35,17 +32,11 @@ from pathlib import Path
 import anyio
 
 from hyperhive.errors import ConfigError
-from hyperhive.procs.group import group_size
 
-log = logging.getLogger("hyperhive.tasks")
+log = logging.getLogger("hyperhive.procs")
 
 _PROC = Path("/proc")
 ENGINE_LEAF = "engine"
-# Runs as the task's leader: joins the cgroup ($0), then becomes the task's shell ($1), same pid.
-_PLACE = (
-    '{ echo $$ >"$0"; } 2>/dev/null'
-    ' || { echo "hyperhive: cannot place the task in its cgroup $0" >&2; exit 125; }; exec /bin/sh -c "$1"'
-)
 
 
 def cgroup2_mount(mountinfo: Path = _PROC / "self" / "mountinfo") -> Path | None:
@@ -94,10 +85,6 @@ class Cgroups:
             log.warning("cannot create the cgroup %s (%s): task %d runs in a process group only", path, exc, task_id)
             return None
         return path
-
-    def spawn_argv(self, path: Path, cmd: str, *, gate: str = "") -> list[str]:
-        """The leader's argv: `gate` (shell text run first, see the engine's start gate), join, exec."""
-        return ["/bin/sh", "-c", gate + _PLACE, str(path / "cgroup.procs"), cmd]
 
     def stale(self) -> list[tuple[int, Path]]:
         """Every `task-<id>` cgroup under the parent."""
@@ -249,13 +236,3 @@ def usage(path: Path) -> tuple[int | None, int | None]:
     with contextlib.suppress(OSError, ValueError, IndexError):
         memory = int((path / "memory.peak").read_text().split()[0])
     return cpu, memory
-
-
-def group_members(pgid: int, *, newer_than: float | None = None) -> int:
-    """How many live (non-zombie) processes are in process group `pgid`, read from /proc.
-
-    A group that no longer exists (its leader reaped, nothing left) is 0 without reading /proc: every task's
-    end asks, and a scan per end made 500 tasks ending together take 15 s of the event loop here. With
-    `newer_than`, one scan serves a whole pass over many groups (`procs.group.group_size`).
-    """
-    return group_size(pgid, newer_than=newer_than)
