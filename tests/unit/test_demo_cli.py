@@ -102,7 +102,7 @@ async def test_leaving_children_on_an_error_stops_each_process_group(tmp_path: P
     script = f"trap '' TERM; sleep 60 & echo $! > {pid_file}; wait"
     with pytest.raises(RuntimeError, match="boom"):
         async with Children(grace=0.5) as children:
-            proc = await children.start(["/bin/sh", "-c", script], env=os.environ, stdout=None, stderr=None)
+            proc = await children.start(["/bin/sh", "-c", script], env=os.environ, stdout="devnull", stderr="devnull")
             with anyio.fail_after(10):
                 while not pid_file.exists() or not pid_file.read_text().strip():
                     await anyio.sleep(0.02)
@@ -114,7 +114,7 @@ async def test_leaving_children_on_an_error_stops_each_process_group(tmp_path: P
 @pytest.mark.anyio
 async def test_a_detached_child_is_left_running(tmp_path: Path) -> None:
     async with Children(grace=0.5) as children:
-        proc = await children.start(["sleep", "60"], env=os.environ, stdout=None, stderr=None)
+        proc = await children.start(["sleep", "60"], env=os.environ, stdout="devnull", stderr="devnull")
         children.detach(proc)
     try:
         assert alive(proc.pid)

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -32,6 +32,7 @@ from anyio.streams.text import TextReceiveStream
 
 from hyperhive import statedir
 from hyperhive.errors import HyperhiveError
+from hyperhive.procs import Child, Stdio, run
 from hyperhive.statedir import StateDir
 
 MESSAGE = "Please run a background task and tell me when it is done."
@@ -95,18 +96,15 @@ async def wait_for_socket(path: Path, *, within: float, exited: Callable[[], int
     raise DemoFailed(f"the service did not open its control socket {path} within {within:g} s")
 
 
-def _signal_group(proc: anyio.abc.Process, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)  # each child leads its own group (start_new_session)
-
-
 class Children:
-    """The processes the demo started. Leaving the context stops every one still running, whatever the
-    path: SIGTERM to its process group, `grace` seconds, SIGKILL; each is reaped."""
+    """The processes the demo started (`procs.Child`, each leading its own group). Leaving the context stops
+    every one still running, whatever the path: SIGTERM to its process group, `grace` seconds, SIGKILL;
+    each is reaped, and our ends of its pipes closed (after whoever reads them has read them to their end)."""
 
     def __init__(self, *, grace: float = KILL_GRACE) -> None:
         self.grace = grace
-        self._procs: list[anyio.abc.Process] = []
+        self._running: list[Child] = []
+        self._started: list[Child] = []
 
     async def __aenter__(self) -> Children:
         return self
@@ -117,37 +115,38 @@ class Children:
         await self.stop_all()
 
     async def start(
-        self, argv: Sequence[str], *, env: Mapping[str, str], stdout: int | IO[Any] | None, stderr: int | IO[Any] | None
-    ) -> anyio.abc.Process:
-        proc = await anyio.open_process(
-            list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
-        )
-        self._procs.append(proc)
-        return proc
+        self, argv: Sequence[str], *, env: Mapping[str, str], stdout: Stdio, stderr: Stdio, label: str | None = None
+    ) -> Child:
+        """Start `argv` (stdin /dev/null) leading its own group; stdout and stderr as `procs.Stdio` says."""
+        child = Child.spawn(argv, env=env, stdin="devnull", stdout=stdout, stderr=stderr, label=label)
+        self._running.append(child)
+        self._started.append(child)
+        return child
 
-    def detach(self, proc: anyio.abc.Process) -> None:
-        """Leave `proc` running when the context ends (`--keep`)."""
-        self._procs.remove(proc)
+    def detach(self, child: Child) -> None:
+        """Leave `child` running when the context ends (`--keep`)."""
+        self._running.remove(child)
+        self._started.remove(child)
 
-    async def stop(self, proc: anyio.abc.Process, *, sig: signal.Signals = signal.SIGTERM, grace: float) -> int:
-        """Signal `proc`'s group, wait up to `grace` seconds, then SIGKILL it; returns its exit status."""
-        code: int | None = None
+    async def stop(self, child: Child, *, grace: float) -> int:
+        """SIGTERM `child`'s group, wait up to `grace` seconds, then SIGKILL it; returns its exit status."""
         with anyio.CancelScope(shield=True):
-            if proc.returncode is None:
-                _signal_group(proc, sig)
-                with anyio.move_on_after(grace):
-                    await proc.wait()
-            if proc.returncode is None:
-                _signal_group(proc, signal.SIGKILL)
-            code = await proc.wait()
-            if proc in self._procs:
-                self._procs.remove(proc)
-        assert code is not None
-        return code
+            await child.terminate(grace)
+        if child in self._running:
+            self._running.remove(child)
+        if child.returncode is None:
+            raise DemoFailed(f"{child.label} (pid {child.pid}) survived SIGKILL")
+        return child.returncode
 
     async def stop_all(self) -> None:
-        for proc in reversed(list(self._procs)):
-            await self.stop(proc, grace=self.grace)
+        try:
+            for child in reversed(list(self._running)):
+                with contextlib.suppress(DemoFailed):  # survived SIGKILL: logged by `Child.kill`
+                    await self.stop(child, grace=self.grace)
+        finally:
+            for child in self._started:
+                await child.aclose()
+            self._started.clear()
 
 
 def _echo(text: str = "", *, err: bool = False) -> None:
@@ -160,10 +159,11 @@ async def _show(stream: anyio.abc.ByteReceiveStream | None, prefix: str) -> None
     if stream is None:
         return
     pending = ""
-    async for chunk in TextReceiveStream(stream, errors="replace"):
-        *lines, pending = (pending + chunk).split("\n")
-        for line in lines:
-            _echo(prefix + line)
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        async for chunk in TextReceiveStream(stream, errors="replace"):
+            *lines, pending = (pending + chunk).split("\n")
+            for line in lines:
+                _echo(prefix + line)
     if pending:
         _echo(prefix + pending)
 
@@ -172,7 +172,7 @@ async def _cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProces
     """Run one operator command (bounded); DemoFailed when it cannot be run in time."""
     try:
         with anyio.fail_after(CLI_WITHIN):
-            return await anyio.run_process(hyperhive_argv(*args), env=dict(env), check=False)
+            return await run(hyperhive_argv(*args), env=env)
     except TimeoutError:
         raise DemoFailed(f"`hyperhive {' '.join(args)}` did not finish within {CLI_WITHIN:g} s") from None
 
@@ -259,8 +259,13 @@ async def run_demo(
     within: float,
     state: Path | None = None,
     service_argv: Sequence[str] | None = None,
+    kill_grace: float = KILL_GRACE,
+    stop_within: float = STOP_WITHIN,
 ) -> int:
-    """The demo; returns the exit status. Raises DemoFailed with what went wrong (everything stopped)."""
+    """The demo; returns the exit status. Raises DemoFailed with what went wrong (everything stopped).
+
+    `kill_grace`: between SIGTERM and SIGKILL for what it started; `stop_within`: the same for the service
+    once the demo is done (its own stop is bounded by HIVE_CANCEL_GRACE and its margin)."""
     state = state or make_state_dir()
     env = demo_env(state, os.environ)
     log = StateDir(state).demo_log
@@ -268,10 +273,12 @@ async def run_demo(
     _echo(f"hyperhive demo: state directory {state}")
     _echo(f"starting the service: {shlex.join(argv)} (runtime acp, agent `hyperhive demo-agent`)")
     failure: DemoFailed | None = None
-    async with Children() as children, anyio.create_task_group() as tg:
+    async with Children(grace=kill_grace) as children, anyio.create_task_group() as tg:
         # Failures are caught inside the group (a task group would wrap them in an ExceptionGroup).
         try:
-            await _steps(children, tg, argv=argv, env=env, state=state, keep=keep, within=within)
+            await _steps(
+                children, tg, argv=argv, env=env, state=state, keep=keep, within=within, stop_within=stop_within
+            )
         except DemoFailed as exc:
             failure = exc
             tg.cancel_scope.cancel()  # the tail's printer; the tail itself is stopped by `children`
@@ -293,13 +300,19 @@ async def _steps(
     state: Path,
     keep: bool,
     within: float,
+    stop_within: float,
 ) -> None:
     paths = StateDir(state)
-    with os.fdopen(statedir.open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log_file:
-        service = await children.start(argv, env=env, stdout=log_file, stderr=log_file)
-    await wait_for_socket(paths.socket, within=SOCKET_WITHIN, exited=lambda: service.returncode)
+    log_fd = statedir.open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        service = await children.start(argv, env=env, stdout=log_fd, stderr=log_fd, label="the service")
+    finally:
+        os.close(log_fd)  # the service has its own copy
+    await wait_for_socket(paths.socket, within=SOCKET_WITHIN, exited=service.poll)
     _echo(f"the service is up (pid {service.pid}); its live stream (hyperhive tail -f):")
-    tail = await children.start(hyperhive_argv("tail", "-f"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tail = await children.start(
+        hyperhive_argv("tail", "-f"), env=env, stdout="pipe", stderr="stdout", label="hyperhive tail -f"
+    )
     tg.start_soon(_show, tail.stdout, PREFIX)
     await _wait_for_subscriber(env, within=5.0)
     _echo(f"sending: {MESSAGE!r}")
@@ -313,12 +326,12 @@ async def _steps(
     _echo("\n".join(PREFIX + line for line in outbox.stdout.decode(errors="replace").splitlines()))
     if keep:
         children.detach(service)
-        await children.stop(tail, grace=KILL_GRACE)
+        await children.stop(tail, grace=children.grace)
         _echo(keep_instructions(state, service.pid))
         return
     _echo("stopping the service (SIGTERM)")
-    code = await children.stop(service, grace=STOP_WITHIN)
-    await children.stop(tail, grace=KILL_GRACE)
+    code = await children.stop(service, grace=stop_within)
+    await children.stop(tail, grace=children.grace)
     if code != 0:
         raise DemoFailed(f"the service exited with status {code} after SIGTERM (expected 0)")
     _echo("the service stopped cleanly (exit 0)")
