@@ -58,7 +58,6 @@ from measure import CLK_TCK, cpu_seconds, machine, median, p90, proc_stat_fields
 
 from hyperhive.config import Config
 from hyperhive.runtime.acp import AcpRuntime, Translator
-from hyperhive.runtime.acp.link import acp_mcp_servers
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.store.database import Store
@@ -335,7 +334,7 @@ async def direct_sdk(root: Path, stats: Path) -> AsyncIterator[Direct]:
                 ),
                 client_info=Implementation(name="bench", version="0"),
             )
-            servers = acp_mcp_servers(config.agent_mcp_servers())  # the same session/new our runtime sends
+            servers = config.agent_mcp_servers().acp_config()  # the same session/new our runtime sends
             session = await conn.new_session(cwd=str(config.workdir), mcp_servers=servers)
         cold = time.perf_counter() - t0
         yield Direct(conn, proc.pid, session.session_id, client, stats, cold)

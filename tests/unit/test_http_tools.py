@@ -34,7 +34,6 @@ from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.own_tools import MAX_BODY_BYTES
 from hyperhive.harness.records import AGENT, TIMER, Records
 from hyperhive.mcp_servers import McpServers
-from hyperhive.runtime.acp.link import acp_mcp_servers
 from hyperhive.statedir import StateDir
 from hyperhive.store.database import Store
 
@@ -624,7 +623,7 @@ async def test_the_agent_entries_render_for_claude_and_acp_and_work(state: Path)
             "headers": {"Authorization": f"Bearer {served.tools.token}"},
         }
         assert servers.allowed_tool_names() == ["mcp__hyperhive"]
-        (acp,) = acp_mcp_servers(servers)
+        (acp,) = servers.acp_config()
         assert acp.model_dump(by_alias=True, exclude_none=True) == {
             "type": "http",
             "name": "hyperhive",

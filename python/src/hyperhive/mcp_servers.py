@@ -1,4 +1,5 @@
-"""The MCP-server list (`HIVE_MCP_SERVERS`): one typed shape, read from the JSON file the module renders.
+"""The MCP-server list (`HIVE_MCP_SERVERS`): one typed shape, read from the JSON file the module renders,
+and its renderings for the agents (claude's `--mcp-config`, ACP's `mcpServers` of `session/new|load`).
 
 `{"mcpServers": {NAME: SERVER}}`, SERVER being stdio (`command`, `args`, `env`) or HTTP (`type: "http"`,
 `url`, `headers`), each with its own `allowedTools` (default `["*"]`).
@@ -12,12 +13,15 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from hyperhive import jsontext
 from hyperhive.errors import HyperhiveError
+
+if TYPE_CHECKING:
+    from acp.schema import HttpMcpServer, McpServerStdio
 
 BASH_SERVER = "bash"
 
@@ -122,6 +126,21 @@ class McpServers(BaseModel):
             else:
                 out[name] = {"type": "http", "url": server.url, "headers": server.headers}
         return {"mcpServers": out}
+
+    def acp_config(self) -> list[McpServerStdio | HttpMcpServer]:
+        """The list in ACP's shape (env and headers as name/value lists; stdio entries have no type). The ACP
+        SDK is imported here, by the ACP runtime only."""
+        from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio
+
+        out: list[McpServerStdio | HttpMcpServer] = []
+        for name, server in self.servers.items():
+            if isinstance(server, StdioServer):
+                env = [EnvVariable(name=k, value=v) for k, v in server.env.items()]
+                out.append(McpServerStdio(name=name, command=server.command, args=list(server.args), env=env))
+            else:
+                headers = [HttpHeader(name=k, value=v) for k, v in server.headers.items()]
+                out.append(HttpMcpServer(type="http", name=name, url=server.url, headers=headers))
+        return out
 
 
 class McpServersError(HyperhiveError):

@@ -1,8 +1,9 @@
 """The ACP backend: turns driven through any Agent Client Protocol agent, reported as claude stream-json.
 
 - `runtime.py`: `AcpRuntime`, the `Runtime` (sessions, turn outcome, errors);
-- `link.py`: one running agent (its process, through `hyperhive.procs`; initialize, sessions, the wire
-  lent to one turn at a time, endings);
+- `link.py`: one running agent (initialize, sessions, the wire lent to one turn at a time, endings);
+- `spawn.py`: the agent's process, a `hyperhive.procs.Child` with the harness's whole environment;
+- `answers.py`: the agent's errors, invalid answers and auth methods as an operator reads them;
 - `transport.py`: the wire (bounded NDJSON framing, protocol errors, wire-order hooks);
 - `gate.py`: which turn a `session/update` belongs to, by wire position;
 - `turn.py`: one prompt in flight (idle watchdog, cancel, kill), against the small `PromptPeer` protocol;

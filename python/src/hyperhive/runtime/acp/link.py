@@ -1,22 +1,16 @@
 """One running agent: its process, the wire to it, the SDK connection over that wire, its open session.
 
-`AgentLink.start` spawns and initializes the agent and refuses it (`AgentRefused`) when it cannot be used;
-the session methods open, load and close sessions; `turn()` hands the wire to one prompt turn (the link's
-gate routes that turn's updates to it, and only for as long as it lasts) and `prompt`, `cancel` and `kill`
-are all a turn may do to the agent (`PromptPeer`); `lost()` explains why the wire went dead; `shutdown`
-and `kill` end it, reaping the process on every path.
+`AgentLink.start` spawns (spawn.py) and initializes the agent and refuses it (`AgentRefused`) when it cannot
+be used; the session methods open, load and close sessions; `turn()` hands the wire to one prompt turn (the
+link's gate routes that turn's updates to it, and only for as long as it lasts) and `prompt`, `cancel` and
+`kill` are all a turn may do to the agent (`PromptPeer`); `lost()` explains why the wire went dead;
+`shutdown` and `kill` end it, reaping the process on every path.
 
-The process is a `hyperhive.procs.Child`, spawned here rather than through the SDK's
-`spawn_stdio_transport`, which would (1) give the agent a trimmed environment (HOME, LOGNAME, PATH, SHELL,
-TERM, USER only: API keys and HIVE_SOCKET lost), (2) pipe its stderr and never read it, so a chatty agent
-blocks once the pipe fills, and (3) signal only the agent, not the MCP servers and CLIs it started. Here
-the agent gets the harness's whole environment with `HIVE_ACP_ENV` over it, leads its own process group,
-its stderr goes to the `hyperhive.runtime.acp` logger (the last 8 KiB kept for error messages), and when it
-exits whatever is left of its group is stopped too (TERM, 1 s, KILL): nothing it started outlives it, and
+When the agent exits whatever is left of its group is stopped too: nothing it started outlives it, and
 nothing holding its stdout open can hide its death from the reader. A process that left the group (a daemon
 in a session of its own) is out of reach of that kill: if it holds the agent's pipes, the link ends the wire
-itself 2 s after the agent's exit (`_supervise`), and `close()` kills every process still holding one of
-the agent's pipes (found in /proc by the pipes' inodes, signalled through a pidfd). The child's one background job
+itself `leftover_grace` + 1 s after the agent's exit (`_supervise`), and `close()` kills every process
+still holding one of the agent's pipes (`procs.holders`). The child's one background job
 (`Child.supervise`) lives as long as the agent, across turns, which no caller's task group does: it is a
 plain asyncio task (the SDK is asyncio anyway), cancelled and awaited in `close()`.
 """
@@ -24,11 +18,8 @@ plain asyncio task (the SDK is asyncio anyway), cancelled and awaited in `close(
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -37,9 +28,7 @@ from acp import PROTOCOL_VERSION, RequestError
 from acp.client.connection import ClientSideConnection
 from acp.schema import (
     ClientCapabilities,
-    EnvVariable,
     FileSystemCapabilities,
-    HttpHeader,
     HttpMcpServer,
     Implementation,
     InitializeResponse,
@@ -51,10 +40,20 @@ from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
 from hyperhive import __version__
-from hyperhive.mcp_servers import McpServers, StdioServer
 from hyperhive.procs import Child
+from hyperhive.procs.holders import kill_pipe_holders, pipe_ids
+from hyperhive.runtime.acp.answers import (
+    AUTH_REQUIRED,
+    AUTH_VARIABLE,
+    auth_required,
+    describe_auth_methods,
+    invalid_reason,
+    offered_auth_methods,
+    rpc_error,
+)
 from hyperhive.runtime.acp.client import HiveClient, PermissionPolicy
 from hyperhive.runtime.acp.gate import UpdateFeed, UpdateGate
+from hyperhive.runtime.acp.spawn import LEFTOVER_GRACE, agent_environment, spawn_agent
 from hyperhive.runtime.acp.translate import Translator
 from hyperhive.runtime.acp.transport import LineTransport
 from hyperhive.runtime.acp.turn import StopControl
@@ -66,122 +65,28 @@ logger = logging.getLogger("hyperhive.runtime.acp")
 AcpMcpServer = McpServerStdio | HttpMcpServer
 # Bound on the best-effort session/close (at shutdown and archive): it only frees the agent's resources.
 _CLOSE_TIMEOUT = 2.0
-# ACP's `auth_required` error code: the agent wants `authenticate` before it opens a session.
-AUTH_REQUIRED = -32000
-AUTH_VARIABLE = "HIVE_ACP_AUTH_METHOD"
-STDERR_TAIL_BYTES = 8 * 1024
-# How long what is left of the agent's group gets between TERM and KILL once the agent itself is gone.
-_LEFTOVER_GRACE = 1.0
-# After the agent's exit, how long its pipes get to reach EOF before the link ends them itself.
-_EXIT_SETTLE = _LEFTOVER_GRACE + 1.0
-
-
-def acp_mcp_servers(servers: McpServers) -> list[AcpMcpServer]:
-    """The MCP server list in ACP's shape (env and headers as name/value lists; stdio entries have no type)."""
-    out: list[AcpMcpServer] = []
-    for name, server in servers.servers.items():
-        if isinstance(server, StdioServer):
-            env = [EnvVariable(name=k, value=v) for k, v in server.env.items()]
-            out.append(McpServerStdio(name=name, command=server.command, args=list(server.args), env=env))
-        else:
-            headers = [HttpHeader(name=k, value=v) for k, v in server.headers.items()]
-            out.append(HttpMcpServer(type="http", name=name, url=server.url, headers=headers))
-    return out
 
 
 class LoadFailed(Exception):
     """`session/load` did not work; the caller falls back to `session/new`."""
 
 
-def pipe_ids(child: Child) -> set[str]:
-    """How /proc names the agent's three pipes (`pipe:[inode]`), to find who else holds them."""
-    ids = set()
-    for stream in (child.stdin, child.stdout, child.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                ids.add(f"pipe:[{os.fstat(stream.fileno()).st_ino}]")
-    return ids
-
-
-def _holds(pid: int, pipes: set[str]) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:  # gone, or not ours to look at
-        return False
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in pipes:
-                return True
-    return False
-
-
-def kill_pipe_holders(pipes: set[str], label: str) -> list[int]:
-    """SIGKILL every other process still holding one of the agent's pipes: once the agent and its group are
-    gone, only a process it started that left the group (a daemon in a session of its own) can. Through a
-    pidfd, checked again after it is opened, so a recycled pid is never hit."""
-    killed: list[int] = []
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me or not _holds(int(entry), pipes):
-            continue
-        pid = int(entry)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
-            if _holds(pid, pipes):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                killed.append(pid)
-        except OSError:
-            pass
-        finally:
-            os.close(pidfd)
-    if killed:
-        logger.warning("%s left processes outside its group holding its pipes: killed %s", label, killed)
-    return killed
-
-
-def agent_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The harness's whole environment with the agent's own variables over it (HIVE_ACP_ENV)."""
-    return {**os.environ, **extra}
-
-
-async def spawn_agent(command: str, args: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> Child:
-    """Start the agent; a command that cannot be started is `AgentRefused`, with the reason."""
-    if not await anyio.Path(cwd).is_dir():
-        raise AgentRefused(command, f"its working directory {cwd} does not exist")
-    try:
-        child = Child.spawn(
-            [command, *args],
-            cwd=cwd,
-            env=env,
-            stdin="pipe",
-            stdout="pipe",
-            stderr="pipe",
-            label=command,
-            log=logger,
-            leftover_grace=_LEFTOVER_GRACE,
-            tail_bytes=STDERR_TAIL_BYTES,
-        )
-    except FileNotFoundError as exc:
-        raise AgentRefused(
-            command, f"the executable was not found ({exc.strerror}); check HIVE_ACP_COMMAND and PATH"
-        ) from exc
-    except PermissionError as exc:
-        raise AgentRefused(command, f"the executable cannot be run ({exc.strerror})") from exc
-    except OSError as exc:
-        raise AgentRefused(command, f"it could not be started: {exc}") from exc
-    logger.info("started %s (pid %d)", child.label, child.pid)
-    return child
-
-
 class AgentLink:
     """One running agent. Create with `start`; always end with `shutdown`, `kill` or `close`."""
 
-    def __init__(self, child: Child, command: str, policy: PermissionPolicy, max_line_bytes: int) -> None:
+    def __init__(
+        self,
+        child: Child,
+        command: str,
+        policy: PermissionPolicy,
+        max_line_bytes: int,
+        *,
+        leftover_grace: float = LEFTOVER_GRACE,
+    ) -> None:
         assert child.stdin is not None and child.stdout is not None
         self.child = child
+        # After the agent's exit, how long its pipes get to reach EOF before the link ends them itself.
+        self._exit_settle = leftover_grace + 1.0
         self.command = command
         self.label = command
         self._gate = UpdateGate()
@@ -206,17 +111,17 @@ class AgentLink:
     async def _supervise(self) -> None:
         """The child's supervision (stderr, reaping, its group's leftovers), and the end of the wire at its
         exit: once the agent is reaped and its group ended, the pipes reach EOF, unless a process outside
-        the group (a daemon in a session of its own) holds them; then, after `_EXIT_SETTLE` for the reader
+        the group (a daemon in a session of its own) holds them; then, after `_exit_settle` for the reader
         to take what the agent wrote, they are closed here, and the turn in flight fails with the exit
         (`AgentExited`) instead of waiting for an EOF that never comes."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.child.supervise)
             await self.child.exited.wait()
-            with anyio.move_on_after(_EXIT_SETTLE):
+            with anyio.move_on_after(self._exit_settle):
                 await self.transport.ended.wait()
             if not self.transport.ended.is_set():
                 await self.transport.abort()
-            with anyio.move_on_after(_EXIT_SETTLE):
+            with anyio.move_on_after(self._exit_settle):
                 await self.child.stderr_done.wait()
             if not self.child.stderr_done.is_set() and self.child.stderr is not None:
                 await self.child.stderr.aclose()  # the drain then ends, with what it read
@@ -235,11 +140,14 @@ class AgentLink:
         start_timeout: float,
         max_line_bytes: int,
         auth_method: str | None = None,
+        leftover_grace: float = LEFTOVER_GRACE,
     ) -> AgentLink:
         """Spawn and initialize the agent, then `authenticate` with `auth_method` when one is given;
-        `AgentRefused` (with the agent reaped) when it is unusable."""
-        child = await spawn_agent(command, args, env=agent_environment(env), cwd=cwd)
-        link = cls(child, command, policy, max_line_bytes)
+        `AgentRefused` (with the agent reaped) when it is unusable. `leftover_grace`: between TERM and KILL
+        for what the agent left in its group once it exited."""
+        env = agent_environment(env)
+        child = await spawn_agent(command, args, env=env, cwd=cwd, leftover_grace=leftover_grace)
+        link = cls(child, command, policy, max_line_bytes, leftover_grace=leftover_grace)
         try:
             await link._initialize(start_timeout)
             if auth_method is not None:
@@ -291,7 +199,7 @@ class AgentLink:
 
         The method is never guessed: some (a Google or ChatGPT login) would send the operator to a browser.
         """
-        offered = self.auth_methods()
+        offered = offered_auth_methods(self.init)
         if method_id not in offered:
             raise AgentRefused(
                 self.label,
@@ -315,18 +223,6 @@ class AgentLink:
         except ValidationError as exc:
             raise AgentRefused(self.label, f"its authenticate answer is not valid ACP: {invalid_reason(exc)}") from exc
         logger.info("%s: authenticated with %s", self.label, method_id)
-
-    def auth_methods(self) -> dict[str, str]:
-        """The auth methods the agent offered in `initialize`: id -> how an operator recognises it."""
-        methods = self.init.auth_methods if self.init is not None else None
-        out: dict[str, str] = {}
-        for method in methods or []:
-            label = method.name
-            variables = [v.name for v in getattr(method, "vars", None) or []]
-            if variables:
-                label += f", reads {', '.join(variables)}"
-            out[method.id] = label
-        return out
 
     # -- what the agent offers ---------------------------------------------------------------------------
 
@@ -368,25 +264,13 @@ class AgentLink:
             raise await self.lost() from None
         except RequestError as exc:
             if exc.code == AUTH_REQUIRED:
-                raise self._auth_required(exc) from exc
+                raise auth_required(self.label, exc, offered_auth_methods(self.init)) from exc
             raise AgentRefused(self.label, f"session/new failed: {rpc_error(exc)}") from exc
         except ValidationError as exc:
             raise ProtocolError(f"the answer to session/new is not valid ACP: {invalid_reason(exc)}") from exc
         self.session_id = response.session_id
         logger.info("%s: new session %s", self.label, self.session_id)
         return response.session_id
-
-    def _auth_required(self, exc: RequestError) -> AgentRefused:
-        offered = self.auth_methods()
-        if offered:
-            hint = f"set {AUTH_VARIABLE} to one of the methods it offers: {describe_auth_methods(offered)}"
-        else:
-            hint = "it offers no auth method over ACP; configure its credentials in its environment or files"
-        return AgentRefused(
-            self.label,
-            f"it requires authentication ({rpc_error(exc)}); {hint}",
-            auth_methods=list(offered),
-        )
 
     async def load_session(self, session_id: str, cwd: Path, servers: list[AcpMcpServer], *, within: float) -> None:
         """`session/load`; `LoadFailed` when the agent cannot (the replay it sends is dropped by the gate)."""
@@ -508,17 +392,3 @@ class AgentLink:
         await self.close()
         tail = (await self.child.stderr_settled(0.5)).strip()
         return f"; the end of its stderr:\n{tail}" if tail else ""
-
-
-def describe_auth_methods(methods: dict[str, str]) -> str:
-    return "; ".join(f"{method_id!r} ({label})" for method_id, label in methods.items())
-
-
-def rpc_error(exc: RequestError) -> str:
-    detail = f" {exc.data}" if exc.data else ""
-    return f"{exc} (JSON-RPC {exc.code}){detail}"
-
-
-def invalid_reason(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

@@ -19,8 +19,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 
 from hyperhive.config import Config
+from hyperhive.runtime.acp.answers import invalid_reason, rpc_error
 from hyperhive.runtime.acp.client import PermissionPolicy
-from hyperhive.runtime.acp.link import AgentLink, LoadFailed, acp_mcp_servers, invalid_reason, rpc_error
+from hyperhive.runtime.acp.link import AgentLink, LoadFailed
+from hyperhive.runtime.acp.spawn import LEFTOVER_GRACE
 from hyperhive.runtime.acp.translate import Translator, usage_fields
 from hyperhive.runtime.acp.transport import DEFAULT_MAX_LINE_BYTES
 from hyperhive.runtime.acp.turn import PromptOutcome, PromptTurn, StopControl
@@ -63,7 +65,8 @@ class AcpRuntime:
     gives the structure here (task groups, cancel scopes, timeouts) on top of asyncio, never under trio.
 
     `start_timeout` bounds each start-up step (initialize, session/new, session/load); `shutdown_grace`
-    each step of the stop ladder (EOF, then TERM, then KILL); `max_line_bytes` a line from the agent.
+    each step of the stop ladder (EOF, then TERM, then KILL); `leftover_grace` the TERM → KILL of what the
+    agent left in its group once it exited; `max_line_bytes` a line from the agent.
     """
 
     name = RUNTIME
@@ -76,6 +79,7 @@ class AcpRuntime:
         permission_policy: PermissionPolicy = "allow",
         start_timeout: float = 60.0,
         shutdown_grace: float = 2.0,
+        leftover_grace: float = LEFTOVER_GRACE,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         if not config.acp_command:
@@ -88,6 +92,7 @@ class AcpRuntime:
         self.permission_policy: PermissionPolicy = permission_policy
         self.start_timeout = start_timeout
         self.shutdown_grace = shutdown_grace
+        self.leftover_grace = leftover_grace
         self.max_line_bytes = max_line_bytes
         self.session_key = f"acp:{config.acp_command}"
         self.mcp_servers = config.agent_mcp_servers()
@@ -310,6 +315,7 @@ class AcpRuntime:
                 start_timeout=self.start_timeout,
                 max_line_bytes=self.max_line_bytes,
                 auth_method=self.config.acp_auth_method,
+                leftover_grace=self.leftover_grace,
             )
             if self._closed:  # aclose() ran while it was starting
                 await link.shutdown(grace=self.shutdown_grace)
@@ -320,7 +326,7 @@ class AcpRuntime:
     async def _ensure_session(self, link: AgentLink) -> str:
         if link.session_id is not None:
             return link.session_id
-        servers = acp_mcp_servers(self.mcp_servers)
+        servers = self.mcp_servers.acp_config()
         cwd = self.config.workdir
         recorded = await self.sessions.current(self.session_key)
         if recorded is not None:
