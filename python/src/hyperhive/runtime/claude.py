@@ -19,7 +19,7 @@ import anyio
 from hyperhive import statedir
 from hyperhive.config import Config
 from hyperhive.runtime.base import Sink
-from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, ClaudeProcess
+from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, LEFTOVER_GRACE, ClaudeProcess
 from hyperhive.runtime.claude_result import StreamFacts, context_usage, error_text, mark_cancelled
 from hyperhive.runtime.errors import (
     AgentExited,
@@ -57,13 +57,25 @@ class _Discard:
 
 
 class ClaudeRuntime:
-    """Drives turns through the `claude` CLI. One turn at a time; nothing runs between turns."""
+    """Drives turns through the `claude` CLI. One turn at a time; nothing runs between turns.
+
+    `kill_grace` is claude's between TERM and KILL; `leftover_grace` how long what it left in its group (MCP
+    servers shutting down) may live on after it exited."""
 
     name = "claude"
 
-    def __init__(self, config: Config, sessions: Sessions) -> None:
+    def __init__(
+        self,
+        config: Config,
+        sessions: Sessions,
+        *,
+        kill_grace: float = KILL_GRACE,
+        leftover_grace: float = LEFTOVER_GRACE,
+    ) -> None:
         self.config = config
         self.sessions = sessions
+        self.kill_grace = kill_grace
+        self.leftover_grace = leftover_grace
         self._turn: _Turn | None = None
 
     # -- the Runtime operations ----------------------------------------------------------------------
@@ -145,7 +157,9 @@ class ClaudeRuntime:
         try:
             # Shielded: a cancellation landing just after the spawn would leave a process nobody owns.
             with anyio.CancelScope(shield=True):
-                proc = await ClaudeProcess.start(argv, self.config.workdir, log)
+                proc = await ClaudeProcess.start(
+                    argv, self.config.workdir, log, kill_grace=self.kill_grace, leftover_grace=self.leftover_grace
+                )
         except OSError as exc:
             why = f"cannot start it: {exc.strerror or exc}; HIVE_CLAUDE_COMMAND names the claude executable"
             raise await self._failed(turn, AgentRefused(self.config.claude_command, why)) from exc
@@ -210,7 +224,7 @@ class ClaudeRuntime:
         if code is None:
             log.warning("claude[%d] closed stdout but did not exit within %g s; killing it", proc.pid, EXIT_WAIT)
             await proc.kill()
-            code = await proc.wait(KILL_GRACE + 3.0)
+            code = await proc.wait(self.kill_grace + 3.0)
         with anyio.move_on_after(1.0):
             await proc.stderr_ended.wait()  # the tail must be whole before an error quotes it
         return await self._finish(turn, proc, held, code)

@@ -40,9 +40,10 @@ class ClaudeProcess:
     the turn open until the idle watchdog fires.
     """
 
-    def __init__(self, child: Child) -> None:
+    def __init__(self, child: Child, *, kill_grace: float = KILL_GRACE) -> None:
         assert child.stdout is not None
         self.child = child
+        self.kill_grace = kill_grace
         self.pgid = child.pgid
         self.stdout_ended = anyio.Event()
         self.killed = False  # we signalled the group to end it
@@ -51,8 +52,18 @@ class ClaudeProcess:
         self._scanned = 0  # bytes of _buf already searched for a newline
 
     @classmethod
-    async def start(cls, argv: Sequence[str], cwd: Path, logger: logging.Logger) -> ClaudeProcess:
-        """Spawn; `OSError` (missing or non-executable command) propagates for the caller to explain."""
+    async def start(
+        cls,
+        argv: Sequence[str],
+        cwd: Path,
+        logger: logging.Logger,
+        *,
+        kill_grace: float = KILL_GRACE,
+        leftover_grace: float = LEFTOVER_GRACE,
+    ) -> ClaudeProcess:
+        """Spawn; `OSError` (missing or non-executable command) propagates for the caller to explain.
+        `kill_grace`: between TERM and KILL; `leftover_grace`: how long what claude left in its group may
+        live on after it exited, before that ladder."""
         child = Child.spawn(
             argv,
             cwd=cwd,
@@ -61,11 +72,11 @@ class ClaudeProcess:
             stderr="pipe",
             label="claude",
             log=logger,
-            leftover_settle=LEFTOVER_GRACE,
-            leftover_grace=KILL_GRACE,
+            leftover_settle=leftover_grace,
+            leftover_grace=kill_grace,
             tail_bytes=STDERR_TAIL_BYTES,
         )
-        return cls(child)
+        return cls(child, kill_grace=kill_grace)
 
     @property
     def pid(self) -> int:
@@ -127,7 +138,7 @@ class ClaudeProcess:
     async def kill(self) -> None:
         """TERM the group, KILL after the grace."""
         self.killed = True
-        await self.child.terminate(KILL_GRACE)
+        await self.child.terminate(self.kill_grace)
 
     async def wait(self, within: float) -> int | None:
         """The exit code once the leader has exited (and been reaped), or None after `within` seconds."""
