@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.procs import Child, group_alive, process_start, same_process, terminate_group, wait_exit
+from hyperhive.procs import Child, ExitWatch, group_alive, process_start, same_process, terminate_group
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
@@ -47,7 +47,7 @@ async def read_lines(child: Child, n: int = 1) -> list[str]:
 
 
 def popen(argv: list[str]) -> subprocess.Popen[bytes]:
-    """A child spawned without `procs`, leading its own group (as the task engine spawns them)."""
+    """A child spawned without `procs`, leading its own group (as an orphan a dead host left behind)."""
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -92,7 +92,7 @@ async def test_exit_without_pidfd_is_polled_and_never_blocks_the_loop(
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
         with anyio.fail_after(10):
-            assert await wait_exit(proc) == 0
+            assert await ExitWatch(proc).wait() == 0
         tg.cancel_scope.cancel()
     # A blocking wait() would have frozen the loop for the whole half second: the ticker never runs.
     assert ticks >= 5
@@ -217,7 +217,7 @@ async def test_terminate_group_escalates_to_kill(tmp_path: Path) -> None:
             assert await terminate_group(proc.pid, 0.5) is False  # nothing survived
     finally:
         with anyio.fail_after(10):
-            code = await wait_exit(proc)
+            code = await ExitWatch(proc).wait()
     assert "TERM" in note.read_text().split()
     assert code == -signal.SIGKILL
 

@@ -2,7 +2,7 @@
 
 - `spawn.py`: starting a child: its own session and group, explicit stdio (pipes, /dev/null, files it
   writes itself), the start gate, placement in a cgroup before it runs anything of its own;
-- `exits.py`: exit detection that blocks nothing and needs no child watcher (`ExitWatch`, `wait_exit`);
+- `exits.py`: exit detection that blocks nothing and needs no child watcher (`ExitWatch`);
 - `child.py`: `Child`, one child from spawn to reaped end: stderr drained into a log with a bounded tail,
   the stop ladders, what it leaves in its group ended, or counted and reached for those who keep track;
 - `leftovers.py`: what children left running after their leaders ended, kept track of (the tasks);
@@ -18,7 +18,7 @@ Used by the task engine, the claude and ACP runtimes, and `hyperhive demo`.
 """
 
 from hyperhive.procs.child import Child
-from hyperhive.procs.exits import ExitWatch, wait_exit
+from hyperhive.procs.exits import ExitWatch
 from hyperhive.procs.group import group_alive, process_start, same_process, signal_group, terminate_group
 from hyperhive.procs.leftovers import Leftovers
 from hyperhive.procs.run import run
@@ -35,5 +35,4 @@ __all__ = [
     "same_process",
     "signal_group",
     "terminate_group",
-    "wait_exit",
 ]

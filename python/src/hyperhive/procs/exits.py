@@ -75,12 +75,3 @@ class ExitWatch:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-
-
-async def wait_exit(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for `proc` to exit and reap it; never blocks the event loop. See `ExitWatch`."""
-    watch = ExitWatch(proc)
-    try:
-        return await watch.wait()
-    finally:
-        watch.close()
