@@ -6,6 +6,7 @@ callers, and a wake set aside was announced twice: once by `LiveRecords.set_asid
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -61,7 +62,9 @@ async def collected(feed: LiveFeed) -> AsyncIterator[list[dict[str, Any]]]:
     async def collect(task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         stream = feed.subscribe()
         task_status.started()
-        async for event in stream:
+        async for line in stream:
+            event = json.loads(line)
+            del event["seq"]  # numbered in order: pinned in test_live_feed.py
             events.append(event)
 
     async with anyio.create_task_group() as tg:

@@ -11,6 +11,11 @@ One connection carries one request (docs/architecture.md, "The control socket"):
     server → {"ok": true, ...result}\\n                       or {"ok": false, "kind": "...", "error": "..."}\\n
 
 A client that hangs up cancels its request at the service: `ControlCall.cancel` does exactly that.
+
+Every call is bounded in time (`answer_wait`): a service that holds its lock but does not answer (stopped
+with SIGSTOP, stuck) must not hold the operator's terminal or the agent's tool call for ever (issue 16).
+Past the wait, a request that was sent raises `NoAnswer` (it may still take effect), one that could not
+even be sent `ServiceUnavailable`; both messages name the socket and the wait.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 from hyperhive import jsontext
 from hyperhive.errors import HyperhiveError
@@ -33,6 +39,28 @@ if TYPE_CHECKING:
 MAX_REQUEST = 6 * (1 << 20) + (64 << 10)
 # A single answer may carry a tool result with two 4 KiB tails; stream events carry one stream-json line.
 MAX_ANSWER = 64 << 20
+# How long a client waits for its answer, connecting included. The service answers `ping`, `status` and
+# `subscribe` in milliseconds, and `send` within the store's 10 s busy timeout (a database another process
+# has locked: its answer says so). A `tool` call may wait inline as long as its `wait_seconds` asks, up to
+# 30 s (tasks/args.py, MAX_WAIT): its wait is that and a margin.
+ANSWER_WAIT = 5.0
+SEND_WAIT = 15.0
+TOOL_MARGIN = 15.0
+MAX_INLINE_WAIT = 30.0
+CONNECT_RETRY = 0.01  # seconds between connects while the listener's backlog is full
+
+
+def answer_wait(op: str, params: dict[str, Any] | None = None) -> float:
+    """Seconds a client waits for the answer to `op` with `params` before it gives up (NoAnswer)."""
+    if op == "send":
+        return SEND_WAIT
+    if op != "tool":
+        return ANSWER_WAIT
+    arguments = (params or {}).get("arguments")
+    inline = arguments.get("wait_seconds") if isinstance(arguments, dict) else None
+    if isinstance(inline, bool) or not isinstance(inline, int | float) or not 0 <= inline <= MAX_INLINE_WAIT:
+        inline = MAX_INLINE_WAIT  # absent (a default applies) or out of bounds (refused, or capped): the most
+    return TOOL_MARGIN + inline
 
 
 class ServiceUnavailable(HyperhiveError):
@@ -42,6 +70,11 @@ class ServiceUnavailable(HyperhiveError):
 class AnswerLost(ServiceUnavailable):
     """The request was sent but no answer came (the service stopped or failed meanwhile): it may have
     taken effect, so a caller must not say it did not."""
+
+
+class NoAnswer(AnswerLost):
+    """The request was sent and no answer came within its wait: the service is stopped, stuck or overloaded.
+    It may still take effect when the service comes back."""
 
 
 class ControlError(HyperhiveError):
@@ -66,6 +99,23 @@ def unavailable(path: str | os.PathLike[str], exc: OSError) -> ServiceUnavailabl
             f"{path} belongs to another user's hyperhive service; run as that user", path=str(path)
         )
     return ServiceUnavailable(f"cannot reach the hyperhive service at {path}: {exc}", path=str(path))
+
+
+def not_reached(path: str | os.PathLike[str], seconds: float) -> ServiceUnavailable:
+    """Connecting took longer than the whole wait (the listener's backlog is full): nothing was sent."""
+    return ServiceUnavailable(
+        f"the hyperhive service at {path} did not take the connection within {seconds:g} s (stopped, or overloaded)",
+        path=str(path),
+        seconds=seconds,
+    )
+
+
+def no_answer(path: str | os.PathLike[str], seconds: float) -> NoAnswer:
+    return NoAnswer(
+        f"the hyperhive service at {path} did not answer within {seconds:g} s (stopped, or overloaded)",
+        path=str(path),
+        seconds=seconds,
+    )
 
 
 def closed_early(path: str | os.PathLike[str]) -> AnswerLost:
@@ -96,6 +146,7 @@ class ControlCall:
     def __init__(self, path: str | os.PathLike[str], op: str, **params: Any) -> None:
         self.path = path
         self.request = dump({"op": op, **params})
+        self.wait = answer_wait(op, params)
         self.cancelled = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -111,9 +162,12 @@ class ControlCall:
                 raise CallCancelled("cancelled before it was sent")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable (PEP 446)
             self._sock = sock
+        deadline = time.monotonic() + self.wait
         try:
             try:
-                sock.connect(os.fspath(self.path))
+                self._connect(sock, deadline)
+            except TimeoutError as exc:
+                raise self._cancelled_or(not_reached(self.path, self.wait)) from exc
             except OSError as exc:
                 raise self._cancelled_or(unavailable(self.path, exc)) from exc
             with self._lock:
@@ -123,8 +177,11 @@ class ControlCall:
                 # The service may answer before reading (`forbidden` to another user) and close: the send
                 # then fails with EPIPE, but the answer is there to read.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    sock.settimeout(_left(deadline))
                     sock.sendall(self.request)
-                line = self._read_line(sock)
+                line = self._read_line(sock, deadline)
+            except TimeoutError as exc:
+                raise self._cancelled_or(no_answer(self.path, self.wait)) from exc
             except OSError as exc:
                 raise self._cancelled_or(
                     AnswerLost(f"the connection to the hyperhive service at {self.path} failed: {exc}")
@@ -148,10 +205,25 @@ class ControlCall:
     def _cancelled_or(self, error: HyperhiveError) -> HyperhiveError:
         return CallCancelled("cancelled while waiting for the answer") if self.cancelled else error
 
-    def _read_line(self, sock: socket.socket) -> bytes | None:
-        """The first line of the answer, without its newline; None if the connection ends before one."""
+    def _connect(self, sock: socket.socket, deadline: float) -> None:
+        """Connect by `deadline`. A socket with a timeout connects without blocking, and a Unix listener
+        whose backlog is full (a stopped service, a flood) refuses that at once with EAGAIN: wait and retry."""
+        while True:
+            sock.settimeout(_left(deadline))
+            try:
+                sock.connect(os.fspath(self.path))
+                return
+            except BlockingIOError:
+                if self.cancelled:
+                    raise
+                time.sleep(min(CONNECT_RETRY, _left(deadline)))
+
+    def _read_line(self, sock: socket.socket, deadline: float) -> bytes | None:
+        """The first line of the answer, without its newline; None if the connection ends before one;
+        TimeoutError past `deadline`."""
         buf = bytearray()
         while True:
+            sock.settimeout(_left(deadline))
             chunk = sock.recv(1 << 16)
             if not chunk:
                 return None
@@ -164,6 +236,14 @@ class ControlCall:
                 raise ControlError(f"the service at {self.path} sent an answer over {MAX_ANSWER} bytes")
 
 
+def _left(deadline: float) -> float:
+    """Seconds until `deadline`, for `settimeout`; TimeoutError once it has passed (0 would mean non-blocking)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
 def call(path: str | os.PathLike[str], op: str, **params: Any) -> dict[str, Any]:
-    """One blocking request: its answer, or ServiceUnavailable / ControlError."""
+    """One blocking request: its answer, or ServiceUnavailable (NoAnswer past its wait) / ControlError."""
     return ControlCall(path, op, **params).result()

@@ -10,7 +10,9 @@ one request:
 Streaming ops (`subscribe`) keep writing one JSON object per line after the first answer until the client
 hangs up. A client that hangs up early cancels its request (a `run` cancelled by the agent stops waiting
 inline). Requests are at most 6 MiB and 64 KiB (`MAX_REQUEST`: room for a 1 MiB body as JSON); anything
-malformed gets a clear `ok: false` answer and the connection is closed, nothing more.
+malformed gets a clear `ok: false` answer and the connection is closed, nothing more. How many connections
+are held, and for how long in each phase, is harness/connections.py's; the clients here wait for their
+answers only as long as control/wire.py says.
 
 The wire itself (names, bounds, errors, the answer's shape) is defined in control/wire.py, which
 the per-turn forwarding bash server uses alone, with its blocking client: it must not import anyio.
@@ -24,12 +26,12 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hyperhive import jsontext, statedir
@@ -38,12 +40,16 @@ from hyperhive.control.wire import (
     MAX_REQUEST,
     ControlError,
     ServiceUnavailable,
+    answer_wait,
     closed_early,
+    no_answer,
+    not_reached,
     parse_answer,
     unavailable,
 )
 from hyperhive.control.wire import dump as _dump
 from hyperhive.errors import HyperhiveError
+from hyperhive.harness.connections import AcceptPause, Admission, Limits, Ticket, accept_may_retry
 
 log = logging.getLogger("hyperhive.harness")
 
@@ -53,17 +59,30 @@ __all__ = [
     "ControlClient",
     "ControlError",
     "ControlServer",
+    "Events",
     "Handler",
     "Reply",
     "RequestRefused",
     "ServiceUnavailable",
 ]
 
+# What ends a connection without a word: the client went away, or did not read its answer in time
+# (TimeoutError, an OSError, from the write deadline).
+_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+
+
+class Events(Protocol):
+    """A streaming op's events, each one line of JSON with its newline; closed once the connection ends."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    def close(self) -> None: ...
+
 
 class Reply:
-    """What a handler hands back: a result object, and for streaming ops an async source of events."""
+    """What a handler hands back: a result object, and for streaming ops the events that follow it."""
 
-    def __init__(self, result: dict[str, Any] | None = None, events: AsyncIterator[dict[str, Any]] | None = None):
+    def __init__(self, result: dict[str, Any] | None = None, events: Events | None = None):
         self.result = result or {}
         self.events = events
 
@@ -79,19 +98,26 @@ class RequestRefused(HyperhiveError):
         self.kind = kind
 
 
-def _peer_uid(stream: SocketStream) -> int | None:
+def _peer(stream: SocketStream) -> tuple[int, int | None]:
+    """The peer's pid and uid (SO_PEERCRED); (0, None) when the stream has no socket to ask."""
     raw = stream.extra(SocketAttribute.raw_socket, None)
     if raw is None:
-        return None
+        return 0, None
     creds = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(pid), int(uid)
+
+
+def _refusal(kind: str, error: str) -> dict[str, Any]:
+    return {"ok": False, "kind": kind, "error": error}
 
 
 class ControlServer:
-    def __init__(self, path: Path, handlers: dict[str, Handler]) -> None:
+    def __init__(self, path: Path, handlers: dict[str, Handler], limits: Limits | None = None) -> None:
         self.path = path
         self.handlers = handlers
+        self.limits = limits or Limits()
+        self.admission = Admission(self.limits)
         self._uid = os.getuid()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -100,51 +126,98 @@ class ControlServer:
         with statedir.private_socket(self.path):
             listener = await anyio.create_unix_listener(self.path)
         try:
-            async with listener:
+            async with listener, anyio.create_task_group() as tg:
                 task_status.started()
-                await listener.serve(self._connection)
+                await self._accept(listener, tg)
         finally:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
-    async def _connection(self, stream: SocketStream) -> None:
+    async def _accept(self, listener: SocketListener, tg: TaskGroup) -> None:
+        """Accept for ever. Out of descriptors, close the oldest connection still waiting for its request
+        line and try again after a pause (the connection waits in the backlog): the service goes on."""
+        pause = AcceptPause(self.limits)
+        while True:
+            try:
+                stream = await listener.accept()
+            except (anyio.BrokenResourceError, OSError) as exc:
+                if not accept_may_retry(exc):
+                    raise
+                closed = self.admission.evict_oldest()
+                wait = pause.failed()
+                if pause.episode == 1:
+                    log.warning(
+                        "control socket: accept failed (%s); %s, accepting again",
+                        exc.__cause__ or exc,
+                        "closed the oldest connection waiting for its request" if closed else f"pausing {wait:g} s",
+                    )
+                await anyio.sleep(wait)
+                continue
+            if failed := pause.worked():
+                log.warning("control socket: accepting again (after %d failed accepts)", failed)
+            try:
+                pid, uid = _peer(stream)
+            except OSError:
+                await stream.aclose()  # gone already
+                continue
+            ticket = self.admission.arrive(pid)
+            if ticket is None:
+                # This process already has as many connections waiting as any client needs: close this
+                # one before any work is spent on it (a flood from one process costs an accept and a close).
+                await stream.aclose()
+                continue
+            tg.start_soon(self._connection, stream, ticket, uid)
+
+    async def _connection(self, stream: SocketStream, ticket: Ticket, uid: int | None) -> None:
         async with stream:
             try:
-                await self._handle(stream)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
-                pass  # the client went away
-            except Exception:
+                await self._handle(stream, ticket, uid)
+            except* _GONE:
+                pass  # the client went away, or did not read its answer in time
+            except* Exception:
                 log.exception("control socket: request failed")
 
-    async def _handle(self, stream: SocketStream) -> None:
-        uid = _peer_uid(stream)
-        if uid is not None and uid not in (self._uid, 0):
-            await stream.send(_dump({"ok": False, "kind": "forbidden", "error": f"uid {uid} may not use this socket"}))
-            return
+    async def _handle(self, stream: SocketStream, ticket: Ticket, uid: int | None) -> None:
         reader = BufferedByteReceiveStream(stream)
-        try:
-            line = await reader.receive_until(b"\n", MAX_REQUEST)
-        except anyio.DelimiterNotFound:
-            await stream.send(_dump({"ok": False, "kind": "bad_request", "error": f"request over {MAX_REQUEST} bytes"}))
+        if uid is not None and uid not in (self._uid, 0):
+            self.admission.leave(ticket)
+            await self._send(stream, _refusal("forbidden", f"uid {uid} may not use this socket"))
             return
-        except anyio.IncompleteRead:
+        try:
+            line = await self._request_line(reader, ticket)
+        except anyio.DelimiterNotFound:
+            await self._send(stream, _refusal("bad_request", f"request over {MAX_REQUEST} bytes"))
+            return
+        if line is None:
             return
         try:
             request = jsontext.loads(line)
         except ValueError as exc:
-            await stream.send(_dump({"ok": False, "kind": "bad_request", "error": f"not JSON: {exc}"}))
+            await self._send(stream, _refusal("bad_request", f"not JSON: {exc}"))
             return
         op = request.get("op") if isinstance(request, dict) else None
         handler = self.handlers.get(op) if isinstance(op, str) else None
-        if handler is None:
+        if handler is None or not isinstance(op, str):
             known = ", ".join(sorted(self.handlers))
-            await stream.send(_dump({"ok": False, "kind": "bad_request", "error": f"unknown op {op!r}; ops: {known}"}))
+            await self._send(stream, _refusal("bad_request", f"unknown op {op!r}; ops: {known}"))
             return
-        async with anyio.create_task_group() as tg:
-            # A client that hangs up cancels its request: nobody is left to read the answer.
-            tg.start_soon(self._watch_hangup, reader, tg.cancel_scope)
-            await self._answer(stream, handler, request)
-            tg.cancel_scope.cancel()
+        with self.admission.serve(op) as admitted:
+            if not admitted:
+                share, size = self.limits.share(op)
+                busy = f"the service already serves {size} {share} requests at once; try again in a moment"
+                await self._send(stream, _refusal("busy", busy))
+                return
+            async with anyio.create_task_group() as tg:
+                # A client that hangs up cancels its request: nobody is left to read the answer.
+                tg.start_soon(self._watch_hangup, reader, tg.cancel_scope)
+                await self._answer(stream, handler, request)
+                tg.cancel_scope.cancel()
+
+    async def _request_line(self, reader: BufferedByteReceiveStream, ticket: Ticket) -> bytes | None:
+        """The request line, or None: the client closed first, took too long, or its place was needed."""
+        with self.admission.head(ticket), contextlib.suppress(anyio.IncompleteRead):
+            return await reader.receive_until(b"\n", MAX_REQUEST)
+        return None
 
     @staticmethod
     async def _watch_hangup(reader: BufferedByteReceiveStream, scope: anyio.CancelScope) -> None:
@@ -157,42 +230,63 @@ class ControlServer:
         try:
             reply = await handler(request)
         except RequestRefused as exc:
-            await stream.send(_dump({"ok": False, "kind": exc.kind, "error": exc.message}))
+            await self._send(stream, _refusal(exc.kind, exc.message))
             return
         except HyperhiveError as exc:
-            await stream.send(_dump({"ok": False, "kind": type(exc).__name__, "error": exc.message}))
+            await self._send(stream, _refusal(type(exc).__name__, exc.message))
             return
-        await stream.send(_dump({"ok": True, **reply.result}))
-        if reply.events is not None:
-            async for event in reply.events:
-                await stream.send(_dump(event))
+        if reply.events is None:
+            await self._send(stream, {"ok": True, **reply.result})
+            return
+        try:
+            await self._send(stream, {"ok": True, **reply.result})
+            async for line in reply.events:
+                await self._write(stream, line)
+        finally:
+            reply.events.close()
+
+    async def _send(self, stream: SocketStream, answer: dict[str, Any]) -> None:
+        await self._write(stream, _dump(answer))
+
+    async def _write(self, stream: SocketStream, data: bytes) -> None:
+        """Write within the deadline (TimeoutError past it): a client that does not read is not waited for."""
+        with anyio.fail_after(self.limits.write_deadline):
+            await stream.send(data)
 
 
 class ControlClient:
-    """Talks to a running service. Every call raises `ServiceUnavailable` when nothing answers."""
+    """Talks to a running service. Every call raises `ServiceUnavailable` when nothing answers: `NoAnswer`
+    when the request was sent and its answer did not come within its wait (control/wire.py)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    async def _connect(self) -> SocketStream:
+    async def _connect(self, wait: float) -> SocketStream:
         try:
-            return await anyio.connect_unix(self.path)
+            with anyio.fail_after(wait):
+                return await anyio.connect_unix(self.path)
+        except TimeoutError as exc:
+            raise not_reached(self.path, wait) from exc
         except OSError as exc:
             raise unavailable(self.path, exc) from exc
 
     async def call(self, op: str, **params: Any) -> dict[str, Any]:
-        stream = await self._connect()
+        wait = answer_wait(op, params)
+        deadline = anyio.current_time() + wait
+        stream = await self._connect(wait)
         async with stream:
-            await _send_request(stream, {"op": op, **params})
-            return await _read_answer(BufferedByteReceiveStream(stream), self.path)
+            await _send_request(stream, {"op": op, **params}, deadline)
+            return await _read_answer(BufferedByteReceiveStream(stream), self.path, wait, deadline)
 
-    async def stream(self, op: str, **params: Any) -> AsyncIterator[dict[str, Any]]:
-        """The first answer, then every event, until the service closes the stream."""
-        stream = await self._connect()
+    async def stream(self, op: str, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
+        """The first answer (within its wait), then every event, until the service closes the stream."""
+        wait = answer_wait(op, params)
+        deadline = anyio.current_time() + wait
+        stream = await self._connect(wait)
         async with stream:
-            await _send_request(stream, {"op": op, **params})
+            await _send_request(stream, {"op": op, **params}, deadline)
             reader = BufferedByteReceiveStream(stream)
-            yield await _read_answer(reader, self.path)
+            yield await _read_answer(reader, self.path, wait, deadline)
             while True:
                 try:
                     line = await reader.receive_until(b"\n", MAX_ANSWER)
@@ -201,16 +295,24 @@ class ControlClient:
                 yield json.loads(line)
 
 
-async def _send_request(stream: SocketStream, request: dict[str, Any]) -> None:
+async def _send_request(stream: SocketStream, request: dict[str, Any], deadline: float) -> None:
     """Send one request. The service may answer before reading it (`forbidden` to another user) and close:
-    the send then fails with EPIPE, but the answer is there to read, so it is read instead of a traceback."""
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+    the send then fails with EPIPE, but the answer is there to read, so it is read instead of a traceback.
+    A service that does not read stops the send at `deadline`; reading the answer then says so."""
+    with (
+        contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError),
+        anyio.move_on_after(max(0.0, deadline - anyio.current_time())),
+    ):
         await stream.send(_dump(request))
 
 
-async def _read_answer(reader: BufferedByteReceiveStream, path: Path) -> dict[str, Any]:
+async def _read_answer(reader: BufferedByteReceiveStream, path: Path, wait: float, deadline: float) -> dict[str, Any]:
+    """The first answer line, by `deadline` (the call's `wait` from its start): NoAnswer past it."""
     try:
-        line = await reader.receive_until(b"\n", MAX_ANSWER)
+        with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+            line = await reader.receive_until(b"\n", MAX_ANSWER)
+    except TimeoutError as exc:
+        raise no_answer(path, wait) from exc
     except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
         raise closed_early(path) from exc
     return parse_answer(line, path)

@@ -101,7 +101,11 @@ class Service:
             return Reply({"text": result.text, "structured": result.structured, "is_error": result.is_error})
 
         async def subscribe(req: dict[str, Any]) -> Reply:
-            return Reply({"state": self.loop.state, "turn": self.loop.current_turn}, self.inbox.feed.subscribe())
+            # `next_seq` and `pid`: a follower that comes back after being dropped counts what it missed,
+            # or sees that the service restarted (its events are numbered afresh).
+            events = self.inbox.feed.subscribe()
+            state = {"state": self.loop.state, "turn": self.loop.current_turn}
+            return Reply({**state, "next_seq": events.next_seq, "pid": os.getpid()}, events)
 
         handlers = {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
         return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
