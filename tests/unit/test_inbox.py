@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from hyperhive.harness import inbox as inbox_module
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
@@ -145,3 +146,29 @@ async def test_a_tasks_wake_reaches_the_inbox_through_the_engines_hook_once(tmp_
                 (wake,) = await inbox.waiting_wakes()
             assert wake.source == f"bash-task-{result.view.row.id}"
         assert doorbell.rings == 1
+
+
+async def test_a_wake_another_process_stored_without_a_ring_is_found_while_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16: `hyperhive send` stores the wake itself when the service holds the state directory but does
+    # not answer (stopped, stuck); nothing rings the doorbell for it, and the idle loop slept on.
+    monkeypatch.setattr(inbox_module, "LOOK_EVERY", 0.05)
+    async with opened(tmp_path) as (inbox, doorbell):
+        assert await inbox.wait(0.2) is False  # looking finds nothing: the wait still ends on time
+        other = Records(Store(tmp_path / "hyperhive.db"))  # the CLI's own connection
+        found: list[bool] = []
+        async with anyio.create_task_group() as tg:
+
+            async def idle() -> None:
+                found.append(await inbox.wait())
+
+            tg.start_soon(idle)
+            await anyio.sleep(0.2)
+            assert not found
+            other.add_wake("operator", "stored behind the service's back", request_id="r-1")
+            with anyio.fail_after(2):
+                while not found:
+                    await anyio.sleep(0.01)
+        other.store.close()
+    assert found == [True] and doorbell.rings == 0

@@ -127,14 +127,42 @@ def send(text: str | None, source: str) -> None:
         answer = call(
             _socket(config), "send", body=message.body, request_id=message.request_id, **{"from": message.source}
         )
-    except ServiceUnavailable:
-        records = _records(config)
-        wake = records.add_wake(message.source, message.body, request_id=message.request_id)
-        click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
+    except ServiceUnavailable as exc:
+        _store_wake_here(config, message.source, message.body, message.request_id, exc)
         return
     except ControlError as exc:
         _fail(exc.message, EXIT_STATE if exc.data.get("kind") == "StoreUnavailable" else EXIT_FAILED)
     click.echo(f"wake {answer['wake_id']} sent")
+
+
+def _store_wake_here(config: Config, source: str, text: str, request_id: str, why: ServiceUnavailable) -> None:
+    """The service did not take the message (not running, or holding the state directory without answering
+    within the wait): store the wake here. WAL lets this write beside a running service, and the request id
+    makes it one wake even if the service stored it too; a running service finds it by itself (it looks
+    for wakes it was not told of: harness/inbox.py, `Inbox.wait`)."""
+    import sqlite3
+
+    from hyperhive.control.lock import holder
+    from hyperhive.control.wire import AnswerLost
+    from hyperhive.store.database import describe_sqlite_error
+
+    records = _records(config)
+    try:
+        wake = records.add_wake(source, text, request_id=request_id)
+    except sqlite3.Error as exc:
+        stored = "it may have been stored before that" if isinstance(why, AnswerLost) else "it was not stored"
+        _fail(
+            f"{why.message}; storing the message here failed too: {describe_sqlite_error(exc, config.state.db)} "
+            f"({stored}: `hyperhive status` shows the queue)",
+            EXIT_STATE,
+        )
+    pid = holder(config.state.lock)
+    if pid is None:
+        click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
+        return
+    who = f"the service (pid {pid})" if pid else "the service"
+    click.echo(f"hyperhive: {why.message}; {who} holds {config.state_dir} but did not take the message", err=True)
+    click.echo(f"wake {wake.id} stored in the store; the service picks it up from there once it answers again")
 
 
 # -- status ------------------------------------------------------------------------------------------
@@ -145,20 +173,36 @@ def send(text: str | None, source: str) -> None:
 def status(as_json: bool) -> None:
     """What the service is doing: runtime, session, context, queue, tasks, last turn."""
     config = config_or_exit(read_mcp_servers=False)
+    problem = None
     try:
         info = call(_socket(config), "status")
         info["up"] = True
-    except ServiceUnavailable:
-        info = _offline_status(config)
+    except ServiceUnavailable as exc:
+        problem = _not_answering(config, exc)
+        info = _offline_status(config, problem)
     except ControlError as exc:
         _fail(exc.message)
     if as_json:
         click.echo(json.dumps(info, indent=2))  # ASCII: every control character escaped
-        return
-    click.echo(visible(_format_status(info)))  # task commands and turn errors are the agent's text
+    else:
+        click.echo(visible(_format_status(info)))  # task commands and turn errors are the agent's text
+    if problem is not None:
+        sys.stdout.flush()
+        _fail(f"{problem}; shown from the store")
 
 
-def _offline_status(config: Config) -> dict[str, Any]:
+def _not_answering(config: Config, exc: ServiceUnavailable) -> str | None:
+    """Why a service that holds the state directory did not answer (None: no service holds it)."""
+    from hyperhive.control.lock import holder
+
+    pid = holder(config.state.lock)
+    if pid is None:
+        return None
+    who = f"the service (pid {pid})" if pid else "a service"
+    return f"{who} holds {config.state_dir}, but {exc.message}"
+
+
+def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any]:
     import dataclasses
 
     records = _records(config)
@@ -169,7 +213,8 @@ def _offline_status(config: Config) -> dict[str, Any]:
     tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in unfinished]
     return {
         "up": False,
-        "state": "not running",
+        "state": "not running" if problem is None else "not answering",
+        "problem": problem,
         "runtime": config.runtime,
         "queue": dataclasses.asdict(records.counts()),
         "tasks": tasks,
@@ -183,6 +228,8 @@ def _format_status(info: dict[str, Any]) -> str:
     if info.get("up"):
         svc = info["service"]
         lines.append(f"service:  running (pid {svc['pid']}, hyperhive {svc['version']}, up {svc['up_secs']} s)")
+    elif info.get("problem"):
+        lines.append(f"service:  NOT ANSWERING: {info['problem']} (read from the store)")
     else:
         lines.append("service:  NOT RUNNING (read from the store)")
     lines.append(f"state:    {info['state']}")
@@ -233,27 +280,92 @@ def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
     if not follow:
         return
 
-    async def follow_outbox() -> None:
+    def catch_up() -> None:
+        # The outbox is durable: whatever was missed (before subscribing, or while dropped) is read back.
         nonlocal last
-        async for event in _client(config).stream("subscribe"):
-            if event.get("event") in (None, "outbox"):
-                for row in records.outbox(after=last):
-                    show(row)
-                    last = row.id
+        for row in records.outbox(after=last):
+            show(row)
+            last = row.id
 
-    _follow(follow_outbox)
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "outbox":
+            catch_up()
+
+    _follow(config, on_event, on_subscribed=lambda answer: catch_up())
 
 
-def _follow(run: Callable[[], Any]) -> None:
+def _follow(
+    config: Config,
+    on_event: Callable[[dict[str, Any]], None],
+    *,
+    on_subscribed: Callable[[dict[str, Any]], None] | None = None,
+    say_missed: bool = False,
+) -> None:
+    """Follow the live stream for as long as the service runs: `on_event` for each event, `on_subscribed`
+    with the service's answer to each subscription.
+
+    A follower that falls behind (a slow terminal, or one suspended with Ctrl-Z during a busy turn) is
+    dropped by the service, or cut off when it stops reading; that is not the service stopping (issue 16:
+    it said so and exited 0). So when the stream ends, the follower subscribes again, and with `say_missed`
+    says how many events it did not show (the events' `seq`), or that the service restarted. Only when
+    nothing answers any more has the service stopped.
+    """
     import anyio
 
     try:
-        anyio.run(run)
+        anyio.run(_follow_stream, _client(config), on_event, on_subscribed, say_missed)
     except ServiceUnavailable as exc:
         _fail(f"{exc.message}; nothing to follow", EXIT_NOT_RUNNING)
+    except ControlError as exc:
+        _fail(exc.message)
     except KeyboardInterrupt:
-        pass
+        return
     click.echo("hyperhive: the service stopped", err=True)
+
+
+async def _follow_stream(
+    client: ControlClient,
+    on_event: Callable[[dict[str, Any]], None],
+    on_subscribed: Callable[[dict[str, Any]], None] | None,
+    say_missed: bool,
+) -> None:
+    import contextlib
+
+    import anyio
+
+    expected: int | None = None  # the `seq` of the next event; None until subscribed
+    pid = None
+    while True:
+        async with contextlib.aclosing(client.stream("subscribe")) as events:
+            try:
+                answer = await anext(events)
+            except ServiceUnavailable:
+                if expected is None:
+                    raise
+                return  # it was there, and nothing answers now: the service stopped
+            next_seq = answer.get("next_seq")
+            next_seq = next_seq if isinstance(next_seq, int) else 0
+            if say_missed and expected is not None:
+                # On stderr: with --json, standard output holds the stream's lines and nothing else.
+                now = f" (turn {answer['turn']} running)" if answer.get("turn") else ""
+                if answer.get("pid") != pid:
+                    click.echo(f"── the service restarted (pid {answer.get('pid')}); following it{now}", err=True)
+                elif next_seq > expected:
+                    click.echo(
+                        f"── fell behind: {next_seq - expected} events not shown; following again{now}", err=True
+                    )
+            pid, expected = answer.get("pid"), next_seq
+            if on_subscribed is not None:
+                on_subscribed(answer)
+            async for event in events:
+                if event.get("event") == "dropped":
+                    break
+                seq = event.get("seq")
+                if isinstance(seq, int):
+                    expected = seq + 1
+                on_event(event)
+        # Dropped, or cut off: subscribe again, after a breath (a stopping service may still accept).
+        await anyio.sleep(0.1)
 
 
 # -- tail --------------------------------------------------------------------------------------------
@@ -298,26 +410,23 @@ def tail(follow: bool, as_json: bool, raw: bool) -> None:
                 continue
         return
 
-    async def follow_stream() -> None:
-        async for event in _client(config).stream("subscribe"):
-            kind = event.get("event")
-            if kind == "line":
-                show_line(event["line"])
-            elif as_json:
-                continue
-            elif kind == "turn_start":
-                wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
-                click.echo(shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
-            elif kind == "turn_end":
-                error = f": {event['error']}" if event.get("error") else ""
-                click.echo(shown(f"── turn {event['turn']} {event['outcome']}{error}"))
-            elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
-                click.echo(shown(f"── {event['state']}"))
-            elif kind == "dropped":
-                click.echo(f"── {event['reason']}; reconnect to follow again", err=True)
-            sys.stdout.flush()
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "line":
+            show_line(event["line"])
+        elif as_json:
+            return
+        elif kind == "turn_start":
+            wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
+            click.echo(shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
+        elif kind == "turn_end":
+            error = f": {event['error']}" if event.get("error") else ""
+            click.echo(shown(f"── turn {event['turn']} {event['outcome']}{error}"))
+        elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
+            click.echo(shown(f"── {event['state']}"))
+        sys.stdout.flush()
 
-    _follow(follow_stream)
+    _follow(config, on_event, say_missed=True)
 
 
 def _latest_transcript(config: Config) -> Path | None:

@@ -48,6 +48,8 @@ _T = TypeVar("_T")
 # recovering the WAL index); a read that cannot go on within this fails, rather than queue every read
 # behind it.
 READ_BUSY_MS = 1000
+# How often the idle loop looks for a wake another process stored without ringing (`Inbox.wait`).
+LOOK_EVERY = 5.0
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,22 @@ class Inbox:
         self.doorbell.ring()
 
     async def wait(self, within: float | None = None) -> bool:
-        """Sleep until a wake may be waiting (True) or `within` seconds pass (False)."""
-        return await self.doorbell.wait(within)
+        """Sleep until a wake may be waiting (True) or `within` seconds pass (False).
+
+        Every wake the service stores rings the doorbell; one that another process stored rings nothing:
+        `hyperhive send` stores its message itself when the service holds the state directory but does not
+        answer (stopped, stuck, its socket removed). So every `LOOK_EVERY` seconds the inbox looks for a
+        waiting wake (one indexed read on the reader's thread): such a wake waits that long at most once
+        the service runs again."""
+        deadline = None if within is None else anyio.current_time() + within
+        while True:
+            step = LOOK_EVERY if deadline is None else max(0.0, min(LOOK_EVERY, deadline - anyio.current_time()))
+            if await self.doorbell.wait(step):
+                return True
+            if deadline is not None and anyio.current_time() >= deadline:
+                return False
+            if await self._read(self._reader.waiting_wakes, limit=1):
+                return True
 
     # -- wakes and reminders -------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ Guarantees (docs/architecture.md, "The turn loop"):
   (while the agent was still starting) costs the wakes nothing, so crashes that are not theirs never set
   an operator's message aside unseen; a turn that fails before its first line still counts;
 - consecutive failures back off exponentially (capped); a success resets the backoff;
-- idle, the loop sleeps on the inbox's doorbell (or until the next timer is due): no polling, no CPU;
+- idle, the loop sleeps on the inbox's doorbell (or until the next timer is due); the inbox looks every 5 s
+  for a wake another process stored without ringing (`Inbox.wait`);
 - every read and write of the store goes through the inbox (harness/inbox.py), off the event loop;
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
   cannot compact), and the log says so.

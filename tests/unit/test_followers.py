@@ -1,0 +1,80 @@
+"""`outbox -f` and `tail -f` follow again when the stream ends under them (cli/operator.py, `_follow_stream`).
+
+Issue 16: a follower dropped for falling behind (suspended with Ctrl-Z during a busy turn) printed "the
+service stopped" and exited 0 while the service ran. Here the service is a fake client whose subscriptions
+end as a dropped one does; only when nothing answers has the service stopped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+import pytest
+
+from hyperhive.cli.operator import _follow_stream
+from hyperhive.control.wire import ServiceUnavailable
+
+
+class Subscriptions:
+    """One scripted subscription per call: its answer and events; past the script, nothing answers."""
+
+    def __init__(self, *script: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+        self.script = list(script)
+        self.calls = 0
+
+    async def stream(self, op: str, **params: Any) -> AsyncGenerator[dict[str, Any], None]:
+        assert op == "subscribe"
+        self.calls += 1
+        if not self.script:
+            raise ServiceUnavailable("the hyperhive service is not running (nothing answers on harness.sock)")
+        answer, events = self.script.pop(0)
+        yield answer
+        for event in events:
+            yield event
+
+
+def follow(client: Subscriptions, *, say_missed: bool = True) -> tuple[list[dict[str, Any]], list[int]]:
+    events: list[dict[str, Any]] = []
+    subscribed: list[int] = []
+    anyio.run(_follow_stream, client, events.append, lambda answer: subscribed.append(answer["next_seq"]), say_missed)
+    return events, subscribed
+
+
+def line(seq: int) -> dict[str, Any]:
+    return {"event": "state", "state": f"s{seq}", "seq": seq}
+
+
+def test_a_dropped_follower_subscribes_again_and_says_how_many_events_it_missed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = Subscriptions(
+        ({"pid": 7, "next_seq": 1, "turn": None}, [line(1), line(2), {"event": "dropped", "reason": "fell behind"}]),
+        ({"pid": 7, "next_seq": 40, "turn": 3}, [line(40)]),  # cut off without a word, as a write deadline does
+    )
+    events, subscribed = follow(client)
+    assert [e["seq"] for e in events] == [1, 2, 40]
+    assert subscribed == [1, 40] and client.calls == 3  # the third found nothing: the service stopped
+    assert "fell behind: 37 events not shown; following again (turn 3 running)" in capsys.readouterr().err
+
+
+def test_a_follower_says_so_when_the_service_it_follows_again_is_a_new_one(capsys: pytest.CaptureFixture[str]) -> None:
+    client = Subscriptions(
+        ({"pid": 7, "next_seq": 1}, [line(1)]),
+        ({"pid": 8, "next_seq": 1}, [line(1)]),
+    )
+    events, _ = follow(client)
+    assert len(events) == 2
+    err = capsys.readouterr().err
+    assert "the service restarted (pid 8)" in err and "fell behind" not in err
+
+
+def test_nothing_to_follow_at_the_start_is_an_error_not_a_stop() -> None:
+    with pytest.raises(ServiceUnavailable):
+        follow(Subscriptions())
+
+
+def test_without_say_missed_a_follower_catches_up_quietly(capsys: pytest.CaptureFixture[str]) -> None:
+    client = Subscriptions(({"pid": 7, "next_seq": 1}, [line(1)]), ({"pid": 7, "next_seq": 9}, []))
+    _, subscribed = follow(client, say_missed=False)
+    assert subscribed == [1, 9] and capsys.readouterr().err == ""
