@@ -16,6 +16,8 @@ Modes (what goes wrong):
   HOSTILE_FLOOD=blocks message and thought chunks in turn (each closes a block: one stream-json line per
   update, the sinks' worst case);
 - `huge-line`: one agent message chunk of `HOSTILE_BYTES` (default 20 MB) on a single line;
+- `big-blocks`: `HOSTILE_BLOCKS` (default 300) text blocks of `HOSTILE_BYTES` (default 900 KiB) each, message
+  and thought chunks in turn (each closes the block before it: one large stream-json line per update);
 - `malformed`: a line that is not JSON in the middle of a turn;
 - `unknown-methods`: a request and notifications for methods nobody knows, then a normal answer;
 - `colliding-ids`: requests to us whose ids equal the id of our pending `session/prompt`, and a response
@@ -263,6 +265,19 @@ class Agent:
     def turn_huge_line(self, session_id: str, msg_id: int) -> str | None:
         size = int(os.environ.get("HOSTILE_BYTES", str(20 * 1000 * 1000)))
         say(session_id, "x" * size)
+        return "end_turn"
+
+    def turn_big_blocks(self, session_id: str, msg_id: int) -> str | None:
+        blocks = int(os.environ.get("HOSTILE_BLOCKS", "300"))
+        size = int(os.environ.get("HOSTILE_BYTES", str(900 * 1024)))
+        kinds = ["agent_message_chunk", "agent_thought_chunk"]
+        started = time.monotonic()
+        for i in range(blocks):
+            if self.cancelled.is_set():
+                break
+            write_raw(update_line(session_id, kinds[i % 2], f"b{i} " + "x" * size))
+        note(EVENTS, event="big-blocks", blocks=blocks, bytes=size, seconds=time.monotonic() - started)
+        say(session_id, " blocks over")
         return "end_turn"
 
     def turn_malformed(self, session_id: str, msg_id: int) -> str | None:

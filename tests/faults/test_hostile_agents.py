@@ -334,6 +334,46 @@ def test_flood_of_block_closing_updates_with_a_stalled_subscriber(tmp_path: Path
     )
 
 
+def test_a_stalled_follower_costs_no_more_than_its_byte_bound_while_the_agent_writes_large_blocks(
+    tmp_path: Path, record: Record
+) -> None:
+    # Issue 16: the subscriber's queue was bounded in events (2,000) whatever their size, so one follower
+    # that never read held every 900 KiB block: 339 MiB at the peak, against 71 MiB without it.
+    blocks = soak(300, 1000)
+    settings = {"HOSTILE_BLOCKS": str(blocks), "HIVE_IDLE_TIMEOUT": "30"}
+    for name in ("alone", "stalled"):
+        (tmp_path / name).mkdir()
+    with hostile_service(tmp_path / "alone", "big-blocks", **settings) as alone:
+        send(alone.svc)
+        during_the_turn(alone)
+        row = wait_turn(alone, 1, within=blocks / 2 + 60)
+        assert row["outcome"] == "answered", row
+    with hostile_service(tmp_path / "stalled", "big-blocks", **settings) as run:
+        with socket.socket(socket.AF_UNIX) as stalled:
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.connect(str(run.svc.state / "harness.sock"))
+            stalled.sendall(b'{"op": "subscribe"}\n')
+            send(run.svc)
+            during_the_turn(run)
+            row = wait_turn(run, 1, within=blocks / 2 + 60)
+        assert row["outcome"] == "answered" and row["stop_reason"] == "end_turn", row
+        dropped = "dropping it" in run.svc.text()
+    (flood,) = events(run.svc, "big-blocks")
+    extra = run.rss_mib - alone.rss_mib
+    assert extra < 40, f"the stalled follower cost {extra:.0f} MiB ({run.rss_mib:.0f} against {alone.rss_mib:.0f})"
+    assert dropped  # at its byte bound, long before 2,000 events
+    record(
+        f"ACP agent writes {blocks} text blocks of 900 KiB (one stream-json line each) while a live subscriber "
+        "never reads",
+        "turn answered; the subscriber dropped at its byte bound (4 MiB), so the service's peak RSS is about "
+        "what it is with no follower; status < 1 s; no process left",
+        run.figure(
+            f"{blocks * flood['bytes'] / (1 << 20):.0f} MiB in {flood['seconds']:.1f} s; peak RSS {alone.rss_mib:.0f} "
+            f"MiB without the follower (before the fix: 339 MiB with it, 71 without)"
+        ),
+    )
+
+
 def test_line_just_under_the_limit_is_accepted_with_bounded_memory(tmp_path: Path, record: Record) -> None:
     size = 15 * 1000 * 1000
     with hostile_service(tmp_path, "huge-line", HOSTILE_BYTES=str(size)) as run:
