@@ -241,27 +241,11 @@ def test_a_suspended_follower_catches_up_instead_of_saying_the_service_stopped(t
     }
     with running_service(tmp_path, **settings) as svc:
         followers = {name: _follower(svc, tmp_path, name) for name in ("outbox", "tail")}
+        probe = StatusProbe(svc)
         try:
-            svc.wait_for("both followers", lambda: json.loads(_cli(svc, "status", "--json").stdout)["subscribers"] == 2)
-            for proc, _out, _err in followers.values():
-                proc.send_signal(signal.SIGSTOP)
-            http = Http(svc.state)
-            assert http.post(reply_call("posted while the followers were suspended")) == 200
-            svc.cli("send", "go")
-            svc.wait_for("the busy turn to end", lambda: _turns_answered(svc) >= 1, within=120)
-            svc.wait_for("the followers to be dropped", lambda: svc.text().count("dropping it") >= 2)
-            for proc, _out, _err in followers.values():
-                proc.send_signal(signal.SIGCONT)
-            svc.wait_for(
-                "both to follow again", lambda: svc.text().count("dropping it") >= 2 and _subscribers(svc) == 2
-            )
-            assert http.post(reply_call("posted after they resumed")) == 200
-            outbox_out = followers["outbox"][1]
-            svc.wait_for(
-                "outbox -f to show both replies", lambda: "posted after they resumed" in outbox_out.read_text()
-            )
-            tail_err = followers["tail"][2]
-            svc.wait_for("tail -f to say what it missed", lambda: "fell behind" in tail_err.read_text())
+            svc.wait_for("both followers", lambda: _subscribers(svc) == 2)
+            with probe.running():
+                _suspend_through_a_busy_turn(svc, followers)
             still = {name: proc.poll() is None for name, (proc, _o, _e) in followers.items()}
             said_stopped = {name: "the service stopped" in err.read_text() for name, (_p, _o, err) in followers.items()}
             code = svc.stop()
@@ -280,15 +264,38 @@ def test_a_suspended_follower_catches_up_instead_of_saying_the_service_stopped(t
     assert outbox_text.count("posted after they resumed") == 1, outbox_text
     assert code == 0 and exits == {"outbox": 0, "tail": 0}, exits
     assert all("the service stopped" in err.read_text() for _p, _o, err in followers.values())
+    assert probe.count > 0 and not probe.failures, probe.failures[:3]
+    assert probe.worst < STATUS_BOUND_S, f"status took {probe.worst * 1000:.0f} ms"
     record(
         f"`hyperhive outbox -f` and `hyperhive tail -f` suspended (SIGSTOP, as Ctrl-Z does) while the agent writes "
         f"{blocks} text blocks of 900 KiB, and a reply is posted; then resumed",
         "both are dropped by the service (their queues freed) and follow again on their own: outbox -f shows "
         "the reply it missed (the outbox is durable) and the next, once each; tail -f says how many events it "
         "did not show; neither says the service stopped until it does (then both exit 0)",
-        f'tail -f: {missed.strip()!r}; outbox -f: both replies once (before the fix: both printed "the '
-        'service stopped" and exited 0 on resume)',
+        f"tail -f: {missed.strip()!r}; outbox -f: both replies once; status {probe.worst * 1000:.0f} ms worst of "
+        f'{probe.count} (before the fix: both printed "the service stopped" and exited 0 on resume)',
     )
+
+
+def _suspend_through_a_busy_turn(
+    svc: Service, followers: dict[str, tuple[subprocess.Popen[bytes], Path, Path]]
+) -> None:
+    """Both followers suspended while a reply is posted and the agent writes its blocks, then resumed; back
+    once both follow again and have shown (or said) what happened meanwhile and the reply after."""
+    for proc, _out, _err in followers.values():
+        proc.send_signal(signal.SIGSTOP)
+    http = Http(svc.state)
+    assert http.post(reply_call("posted while the followers were suspended")) == 200
+    svc.cli("send", "go")
+    svc.wait_for("the busy turn to end", lambda: _turns_answered(svc) >= 1, within=120)
+    svc.wait_for("the followers to be dropped", lambda: svc.text().count("dropping it") >= 2)
+    for proc, _out, _err in followers.values():
+        proc.send_signal(signal.SIGCONT)
+    svc.wait_for("both to follow again", lambda: _subscribers(svc) == 2)
+    assert http.post(reply_call("posted after they resumed")) == 200
+    outbox_out, tail_err = followers["outbox"][1], followers["tail"][2]
+    svc.wait_for("outbox -f to show both replies", lambda: "posted after they resumed" in outbox_out.read_text())
+    svc.wait_for("tail -f to say what it missed", lambda: "fell behind" in tail_err.read_text())
 
 
 def _follower(svc: Service, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
@@ -317,47 +324,57 @@ def test_a_deleted_lock_file_lets_no_second_service_start_on_the_same_state(tmp_
     # Issue 16: after `rm harness.lock`, a second `hyperhive agent` started on the same state directory, took
     # over the socket, and both ran on one database.
     with running_service(tmp_path) as svc:
-        (svc.state / "harness.lock").unlink()
-        second = subprocess.Popen(
-            [sys.executable, "-m", "hyperhive", "agent"],
-            env=svc.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            second_out, _ = second.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            second.kill()
-            second_out, _ = second.communicate()
-            pytest.fail(f"a second service runs on the same state directory:\n{second_out[-2000:]}")
-        turn = subprocess.run(
-            [sys.executable, "-m", "hyperhive", "turn", "hello"],
-            env=svc.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        agent = bash_server(svc, tmp_path, via_lock=True)
-        answer = tool_call(agent, 1, "run", cmd="echo found", wait_seconds=5)
-        agent.close()
-        hosts = {t["owner_pid"] for t in tasks(svc.state)}
-        status = svc.status()
+        probe = StatusProbe(svc)
+        with probe.running():
+            (svc.state / "harness.lock").unlink()
+            second_code, second_out = _second_service(svc)
+            turn = subprocess.run(
+                [sys.executable, "-m", "hyperhive", "turn", "hello"],
+                env=svc.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            agent = bash_server(svc, tmp_path, via_lock=True)
+            answer = tool_call(agent, 1, "run", cmd="echo found", wait_seconds=5)
+            agent.close()
+            hosts = {t["owner_pid"] for t in tasks(svc.state)}
+            status = svc.status()
         up = svc.proc.poll() is None
         code = svc.stop()
-    assert second.returncode == 4 and "already runs" in second_out, second_out
+    assert second_code == 4 and "already runs" in second_out, second_out
     assert turn.returncode == 4 and "runs on" in turn.stderr, turn.stderr
     assert outcome(answer) == RESULT and "found" in tool_text(answer), answer
     assert hosts == {svc.proc.pid}, hosts  # the task ran in the service, not in a standalone server
     assert status["service"]["pid"] == svc.proc.pid
     assert up and code == 0
+    assert probe.count > 0 and not probe.failures and probe.worst < STATUS_BOUND_S, (probe.worst, probe.failures)
     record(
         "`rm harness.lock` under a running service, then a second `hyperhive agent` on the same state directory, "
         "`hyperhive turn` there, and a bash server that finds the service through the lock (no HIVE_SOCKET)",
         "the lock is on the state directory itself: the second service exits 4 naming the first, before it "
         "touches the socket; `turn` is refused (exit 4); the bash server forwards to the running service; "
         "the first keeps serving and stops with exit 0",
-        f"second service exit {second.returncode}; turn exit {turn.returncode}; the bash server's task hosted by "
-        "the service (before the fix: the second service started and took over the socket)",
+        f"second service exit {second_code}; turn exit {turn.returncode}; the bash server's task hosted by "
+        f"the service; status {probe.worst * 1000:.0f} ms worst of {probe.count} (before the fix: the second "
+        "service started and took over the socket)",
     )
+
+
+def _second_service(svc: Service) -> tuple[int, str]:
+    """`hyperhive agent` again on the running service's state directory: its exit status and output."""
+    second = subprocess.Popen(
+        [sys.executable, "-m", "hyperhive", "agent"],
+        env=svc.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        second.kill()
+        out, _ = second.communicate()
+        pytest.fail(f"a second service runs on the same state directory:\n{out[-2000:]}")
+    return second.returncode, out

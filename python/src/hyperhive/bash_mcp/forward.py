@@ -73,7 +73,8 @@ if TYPE_CHECKING:
     from hyperhive.mcp_tool import ToolSpec
 
 # Tool calls forwarded at once (one thread each); beyond that the reader waits for one to finish. Each is
-# a blocking wait on the service, which bounds the inline waits itself (30 s at most).
+# a blocking wait on the service, which bounds the inline waits itself (30 s at most); a service that does
+# not answer (stopped, stuck) is given up on past the call's wait (control/wire.py, `answer_wait`).
 MAX_INFLIGHT = 64
 # How often a writer blocked on a full stdout looks at the clock (for the grace after stdin EOF).
 WRITE_POLL = 0.1
