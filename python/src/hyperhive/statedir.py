@@ -3,7 +3,7 @@
     <state>/                  0700  made by whoever owns the state (the service, the standalone bash
                                     server, `turn`); refused when others can write it or it is another uid's
       hyperhive.db            0600  the store (store/database.py); SQLite gives -wal and -shm its mode
-      harness.lock            0600  one service per directory (control/lock.py)
+      harness.lock            0600  the service's pid; the lock itself is flock on <state>/ (control/lock.py)
       harness.sock            0600  the control socket (harness/control.py)
       token                   0600  the bearer token of hyperhive's HTTP tools, kept across restarts
       http.json               0600  where those tools are served, while they are
@@ -70,7 +70,7 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(DB, "file", FILE_MODE, "the store"),
     Entry(f"{DB}-wal", "file", FILE_MODE, "the store's write-ahead log"),
     Entry(f"{DB}-shm", "file", FILE_MODE, "the store's shared-memory index"),
-    Entry(LOCK, "file", FILE_MODE, "the service's lock"),
+    Entry(LOCK, "file", FILE_MODE, "the service's pid (its lock is on the directory)"),
     Entry(SOCKET, "socket", FILE_MODE, "the control socket"),
     Entry(TOKEN, "file", FILE_MODE, "the HTTP tools' bearer token"),
     Entry(ENDPOINT, "file", FILE_MODE, "the HTTP tools' address"),
