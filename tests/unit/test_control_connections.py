@@ -96,6 +96,22 @@ async def test_a_newcomer_beyond_the_waiting_bound_closes_the_oldest_idle_connec
                 sock.close()
 
 
+async def test_large_unfinished_requests_share_a_byte_budget_and_small_ones_are_never_held_to_it(
+    tmp_path: Path,
+) -> None:
+    # A request line may be 6 MiB: 64 connections each sending almost that much would hold 390 MiB.
+    async with serving(tmp_path, Limits(small_head=100, head_bytes=1000, head_deadline=30)) as server:
+        with raw(server.path, b'{"op": "send", "body": "' + b"x" * 900) as large:
+            while server.admission.held < 800:
+                await anyio.sleep(0.01)
+            over = await request(server.path, b'{"op": "send", "body": "' + b"y" * 400)
+            assert b'"kind":"busy"' in over and b"too many large requests" in over
+            assert b'"pong":true' in await request(server.path, b'{"op": "ping"}\n')  # within its small head
+            assert not await closed(large, 0.1)  # the first large request is still being read
+        while server.admission.held:
+            await anyio.sleep(0.01)
+
+
 def test_one_process_has_only_so_many_connections_waiting_and_its_next_are_refused_at_accept() -> None:
     admission = Admission(Limits(waiting=10, per_peer=2))
     first, second = admission.arrive(100), admission.arrive(100)

@@ -135,7 +135,7 @@ def send(text: str | None, source: str) -> None:
     click.echo(f"wake {answer['wake_id']} sent")
 
 
-def _store_wake_here(config: Config, source: str, text: str, request_id: str, why: ServiceUnavailable) -> None:
+def _store_wake_here(config: Config, source: str, text: str, request_id: str | None, why: ServiceUnavailable) -> None:
     """The service did not take the message (not running, or holding the state directory without answering
     within the wait): store the wake here. WAL lets this write beside a running service, and the request id
     makes it one wake even if the service stored it too; a running service finds it by itself (it looks

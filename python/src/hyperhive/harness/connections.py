@@ -10,6 +10,10 @@ starts. Unbounded, 300 connections that sent half a request and then nothing end
   waiting connection. A client writes its request as soon as it has connected, so the oldest waiting
   connection is, in practice, an idle one: a flood from one process only ever closes its own connections,
   and costs an accept and a close each; a flood from many processes closes the oldest idle ones first.
+- **bytes held while waiting**: a connection's first `small_head` bytes are its own (every request but a
+  large `send` fits in them); beyond that, all waiting connections together may hold `head_bytes`, and a
+  read that would take more is answered `busy`. A request line may be 6 MiB (`MAX_REQUEST`): without this,
+  64 connections each sending almost that much would hold 390 MiB.
 - **being served**: a share per kind of request, taken once the request line names its op: `tool` (the
   agent's calls, through the forwarding bash server) has a share that nothing else can take, `subscribe`
   (followers) another, every other op (`ping`, `status`, `send`) a third. A request over its share is
@@ -52,6 +56,9 @@ class Limits:
     waiting: int = 64
     per_peer: int = 64
     head_deadline: float = 5.0
+    small_head: int = 64 << 10
+    # Two of the largest request lines at once (control/wire.py, MAX_REQUEST: 6 MiB and 64 KiB).
+    head_bytes: int = 13 << 20
     write_deadline: float = 10.0
     # Requests served at once, by op; `other` is every op not named.
     shares: dict[str, int] = field(default_factory=lambda: {"tool": 64, "subscribe": 16})
@@ -74,12 +81,13 @@ def accept_may_retry(exc: BaseException) -> bool:
 class Ticket:
     """A connection's place among those waiting for their request line, from its accept on."""
 
-    __slots__ = ("evicted", "peer", "scope")
+    __slots__ = ("evicted", "held", "peer", "scope")
 
     def __init__(self, peer: int) -> None:
         self.peer = peer
         self.scope: anyio.CancelScope | None = None  # once its task reads
         self.evicted = False
+        self.held = 0  # bytes of its request line beyond `small_head`, counted against `head_bytes`
 
 
 class Admission:
@@ -91,10 +99,16 @@ class Admission:
         self._waiting: dict[Ticket, None] = {}
         self._per_peer: dict[int, int] = {}
         self._serving: dict[str, int] = {}
+        self._held = 0
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def held(self) -> int:
+        """Bytes held by waiting connections beyond their small heads."""
+        return self._held
 
     def serving(self, share: str) -> int:
         return self._serving.get(share, 0)
@@ -123,6 +137,16 @@ class Admission:
             finally:
                 self.leave(ticket)
 
+    def hold(self, ticket: Ticket, size: int) -> bool:
+        """The connection has read `size` bytes of its request line: False (nothing changed) when that is
+        more than its small head and the waiting connections' byte budget has no room for it."""
+        held = max(0, size - self.limits.small_head)
+        if held > ticket.held and self._held + held - ticket.held > self.limits.head_bytes:
+            return False
+        self._held += held - ticket.held
+        ticket.held = held
+        return True
+
     def evict_oldest(self) -> bool:
         """Close the connection that has waited longest for its request line; False if none waits."""
         if not self._waiting:
@@ -136,6 +160,8 @@ class Admission:
 
     def leave(self, ticket: Ticket) -> None:
         """The connection is no longer waiting (read, refused, or closed)."""
+        self._held -= ticket.held
+        ticket.held = 0
         if ticket in self._waiting:
             del self._waiting[ticket]
             left = self._per_peer[ticket.peer] - 1

@@ -178,15 +178,14 @@ class ControlServer:
                 log.exception("control socket: request failed")
 
     async def _handle(self, stream: SocketStream, ticket: Ticket, uid: int | None) -> None:
-        reader = BufferedByteReceiveStream(stream)
         if uid is not None and uid not in (self._uid, 0):
             self.admission.leave(ticket)
             await self._send(stream, _refusal("forbidden", f"uid {uid} may not use this socket"))
             return
         try:
-            line = await self._request_line(reader, ticket)
-        except anyio.DelimiterNotFound:
-            await self._send(stream, _refusal("bad_request", f"request over {MAX_REQUEST} bytes"))
+            line = await self._request_line(stream, ticket)
+        except RequestRefused as exc:
+            await self._send(stream, _refusal(exc.kind, exc.message))
             return
         if line is None:
             return
@@ -209,20 +208,32 @@ class ControlServer:
                 return
             async with anyio.create_task_group() as tg:
                 # A client that hangs up cancels its request: nobody is left to read the answer.
-                tg.start_soon(self._watch_hangup, reader, tg.cancel_scope)
+                tg.start_soon(self._watch_hangup, stream, tg.cancel_scope)
                 await self._answer(stream, handler, request)
                 tg.cancel_scope.cancel()
 
-    async def _request_line(self, reader: BufferedByteReceiveStream, ticket: Ticket) -> bytes | None:
-        """The request line, or None: the client closed first, took too long, or its place was needed."""
-        with self.admission.head(ticket), contextlib.suppress(anyio.IncompleteRead):
-            return await reader.receive_until(b"\n", MAX_REQUEST)
+    async def _request_line(self, stream: SocketStream, ticket: Ticket) -> bytes | None:
+        """The request line (what follows it is not read: one request per connection), or None: the client
+        closed first, took too long, or its place was needed. RequestRefused past its bounds."""
+        line = bytearray()
+        with self.admission.head(ticket), contextlib.suppress(anyio.EndOfStream):
+            while True:
+                chunk = await stream.receive(1 << 16)
+                end = chunk.find(b"\n")
+                part = chunk if end < 0 else chunk[:end]
+                if len(line) + len(part) > MAX_REQUEST:
+                    raise RequestRefused("bad_request", f"request over {MAX_REQUEST} bytes")
+                if not self.admission.hold(ticket, len(line) + len(part)):
+                    raise RequestRefused("busy", "the service is reading too many large requests at once; try again")
+                line += part
+                if end >= 0:
+                    return bytes(line)
         return None
 
     @staticmethod
-    async def _watch_hangup(reader: BufferedByteReceiveStream, scope: anyio.CancelScope) -> None:
+    async def _watch_hangup(stream: SocketStream, scope: anyio.CancelScope) -> None:
         with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            while await reader.receive():
+            while await stream.receive():
                 pass
         scope.cancel()
 
