@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sqlite3
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -62,12 +63,14 @@ def socket_status(path: Path) -> tuple[float, dict[str, Any]]:
 
 
 class StatusProbe:
-    """Asks the service for `status` every 100 ms in a thread, keeping the slowest answer (and any failure)."""
+    """Asks the service for `status` every 100 ms in a thread, keeping how long each answer took, the slowest
+    (and any failure)."""
 
     def __init__(self, svc: Service) -> None:
         self.path = svc.state / "harness.sock"
         self.worst = 0.0
         self.count = 0
+        self.times: list[float] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -80,9 +83,14 @@ class StatusProbe:
                 self.failures.append(repr(exc))
                 continue
             self.count += 1
+            self.times.append(took)
             self.worst = max(self.worst, took)
             if not answer.get("ok", True) and "up" not in answer:
                 self.failures.append(str(answer))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times) if self.times else 0.0
 
     @contextmanager
     def running(self) -> Iterator[StatusProbe]:
