@@ -70,13 +70,15 @@ def _existing_state(config: Config) -> Path:
     return config.state_dir
 
 
-def _records(config: Config) -> Any:
+def _records(config: Config, *, write: bool = False) -> Any:
+    """The store's records, never a new store (root may read another user's). Only `send` writes: for the
+    rest a state directory that cannot be written (read-only, full) is read read-only."""
     from hyperhive.harness.records import Records
     from hyperhive.store.database import Store
 
     _existing_state(config)
     try:
-        return Records(Store(config.state.db, create=False))  # never a new one; root may read another's
+        return Records(Store(config.state.db, create=False, write=write))
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
 
@@ -128,7 +130,7 @@ def send(text: str | None, source: str) -> None:
             _socket(config), "send", body=message.body, request_id=message.request_id, **{"from": message.source}
         )
     except ServiceUnavailable:
-        records = _records(config)
+        records = _records(config, write=True)
         wake = records.add_wake(message.source, message.body, request_id=message.request_id)
         click.echo(f"wake {wake.id} stored; the service is not running: it gets the wake when it starts")
         return
@@ -170,12 +172,25 @@ def _offline_status(config: Config) -> dict[str, Any]:
     return {
         "up": False,
         "state": "not running",
+        **_store_state(records.store),
         "runtime": config.runtime,
         "queue": dataclasses.asdict(records.counts()),
         "tasks": tasks,
         "last_turn": dataclasses.asdict(last) if last is not None else None,
         "turns": records.turn_count(),
     }
+
+
+def _store_state(store: Any) -> dict[str, str]:
+    """What offline `status` says of a store that cannot be written (read read-only, or full): the operator
+    should know before the service does."""
+    from hyperhive.store.database import out_of_space
+
+    if store.unwritable:
+        return {"store": f"read-only: {store.unwritable}"}
+    if out_of_space(store.path.parent):
+        return {"store": f"no space left in the state directory {store.path.parent}"}
+    return {}
 
 
 def _format_status(info: dict[str, Any]) -> str:
@@ -185,6 +200,8 @@ def _format_status(info: dict[str, Any]) -> str:
         lines.append(f"service:  running (pid {svc['pid']}, hyperhive {svc['version']}, up {svc['up_secs']} s)")
     else:
         lines.append("service:  NOT RUNNING (read from the store)")
+    if info.get("store"):
+        lines.append(f"store:    {info['store']}")
     lines.append(f"state:    {info['state']}")
     lines.append(f"runtime:  {info['runtime']}" + (f", session {info['session']}" if info.get("session") else ""))
     context = info.get("context") or {}
