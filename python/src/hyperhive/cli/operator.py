@@ -276,12 +276,42 @@ def _follow(run: Callable[[], Any]) -> None:
 # -- tail --------------------------------------------------------------------------------------------
 
 
+TAIL_LINES = 200
+TAIL_BYTES = "2M"
+_SIZES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A size for --bytes: a whole number of bytes, or with K, M or G (powers of 1024)."""
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in _SIZES else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise click.BadParameter(f"{value!r} is not a size: a whole number of bytes, or with K, M or G")
+    return int(number) * _SIZES[unit]
+
+
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
 @click.option("--json", "as_json", is_flag=True, help="The stream-json lines instead of readable ones.")
 @click.option("--raw", is_flag=True, help=_RAW_HELP)
-def tail(follow: bool, as_json: bool, raw: bool) -> None:
-    """The agent's turns as they happen (readable like `hyperhive turn --render`)."""
+@click.option(
+    "-n", "--lines", "count", default=TAIL_LINES, show_default=True, help="How many of the transcript's last lines."
+)
+@click.option(
+    "--bytes",
+    "max_bytes",
+    default=TAIL_BYTES,
+    show_default=True,
+    callback=_size,
+    help="Read at most this much of the transcript's end (K, M, G); lines beyond it are left out, and said to be.",
+)
+def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> None:
+    """The agent's turns as they happen (readable like `hyperhive turn --render`).
+
+    Without -f: the end of the latest transcript, read back from its end (never the whole file), at most
+    --lines lines within its last --bytes bytes.
+    """
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
 
@@ -308,11 +338,7 @@ def tail(follow: bool, as_json: bool, raw: bool) -> None:
         if latest is None:
             click.echo("no turns yet")
             return
-        for stored in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
-            try:
-                show_line(json.loads(stored))
-            except ValueError:
-                continue
+        _show_transcript_end(latest, count, max_bytes, show_line)
         return
 
     async def follow_stream() -> None:
@@ -335,6 +361,39 @@ def tail(follow: bool, as_json: bool, raw: bool) -> None:
             sys.stdout.flush()
 
     _follow(follow_stream)
+
+
+def _show_transcript_end(path: Path, count: int, max_bytes: int, show: Callable[[dict[str, Any]], None]) -> None:
+    """The last lines of a transcript, one at a time (memory bounded by `max_bytes`), and a word on stderr
+    when the bound left some out."""
+    from hyperhive.runtime.transcript import read_span, transcript_end
+
+    end = transcript_end(path, count, max_bytes)
+    bound = f"--bytes {_human(max_bytes)}"
+    if end.oversized:
+        _note(f"the last line of {path} is longer than {bound}: not shown (a larger --bytes shows it)")
+    elif end.earlier:
+        _note(
+            f"the last {len(end.spans)} lines of {path}; the lines before them are beyond {bound} (raise it for more)"
+        )
+    for span in end.spans:
+        try:
+            show(json.loads(read_span(path, span).decode("utf-8", errors="replace")))
+        except ValueError:
+            continue
+
+
+def _note(text: str) -> None:
+    click.echo(f"hyperhive: {visible(text)}", err=True)
+    sys.stderr.flush()
+
+
+def _human(size: int) -> str:
+    """A size as --bytes takes it."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
 
 
 def _latest_transcript(config: Config) -> Path | None:
