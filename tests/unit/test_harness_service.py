@@ -102,8 +102,13 @@ def test_kill_9_mid_turn_then_restart_carries_the_wake_again(tmp_path: Path) -> 
                 and [c for c in again.agent_calls() if c["method"] == "session/prompt"]
             ),
         )
-        # The same prompt again, but for its tag: each prompt draws its own (harness/prompt.py).
-        assert len(prompts) == 2 and untagged(prompts[0]["text"]) == untagged(prompts[1]["text"])
+        # The same prompt again, but for its tag (each prompt draws its own: harness/prompt.py) and the note
+        # saying that the cut turn carried it before (harness/carried_again.py).
+        assert len(prompts) == 2
+        first, second = (untagged(p["text"]) for p in prompts)
+        note = "\n".join(line for line in second.splitlines()[1:] if line.startswith("[hyperhive]"))
+        assert "Carried again: turn 1 carried wake 1 too" in note
+        assert second.replace(f"{note}\n\n", "") == first
         assert "were still running when the service last stopped" in again.text()
     finally:
         again.stop()

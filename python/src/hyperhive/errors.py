@@ -71,6 +71,11 @@ class ServiceRunning(HyperhiveError):
     """Another hyperhive service already runs on this state directory."""
 
 
+class StartFailed(HyperhiveError):
+    """`hyperhive agent` could not start, for a reason outside the state directory (exit status 1): the
+    message names the step (harness/startup.py)."""
+
+
 def exit_status(exc: HyperhiveError) -> int:
     if isinstance(exc, ConfigError):
         return EXIT_CONFIG

@@ -53,6 +53,10 @@ TRANSCRIPTS = "transcripts"
 DEMO_LOG = "service.log"
 DEMO_WORK = "work"
 TRANSCRIPT_SUFFIX = ".jsonl"
+# Made by `hyperhive demo`, in its own temporary state directory: nothing else looks at them.
+DEMO_ONLY = frozenset({DEMO_LOG, DEMO_WORK})
+# A Unix socket's path lives in `sun_path`: 108 bytes, the last a NUL. A longer one cannot be bound at all.
+MAX_SOCKET_PATH = 107
 
 Kind = Literal["dir", "file", "socket"]
 
@@ -246,6 +250,64 @@ def prepare(root: Path, *, create: bool = True) -> None:
     private_dir(root, st)
 
 
+def check_layout(root: Path) -> None:
+    """Refuse a state directory the service cannot run on, before anything is made in it: a path of the
+    layout that is there as something else (a directory where the token should be, a file where a folder
+    should be, a symbolic link), or a control socket whose path is too long to bind.
+
+    One StoreError naming the path, what is there, what belongs there and the fix (exit status 3): each of
+    these used to end the service's start in a traceback and exit 1, which systemd retried for ever.
+    """
+    socket = StateDir(root).socket
+    length = len(os.fsencode(socket))
+    if length > MAX_SOCKET_PATH:
+        raise StoreError(
+            f"the control socket's path {socket} is {length} bytes; a Unix socket's path holds at most "
+            f"{MAX_SOCKET_PATH}: use a shorter HIVE_STATE_DIR",
+            path=str(socket),
+            problem="socket path",
+        )
+    for entry in LAYOUT:
+        if "*" in entry.pattern or entry.pattern in DEMO_ONLY:
+            continue
+        path = root.joinpath(*entry.pattern.split("/"))
+        try:
+            found = kind_of(os.lstat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not made yet (or under a folder that is refused here itself)
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror or exc}", path=str(path)) from exc
+        if found != entry.kind:
+            raise StoreError(
+                f"{path} is {_KIND_NAMES[found]}, not {_KIND_NAMES[entry.kind]} ({entry.what}): "
+                "remove it or move it aside",
+                path=str(path),
+                problem="kind",
+                found=found,
+                expected=entry.kind,
+            )
+
+
+_KIND_NAMES = {
+    "dir": "a directory",
+    "file": "a regular file",
+    "socket": "a socket",
+    "symlink": "a symbolic link",
+    "other": "a FIFO or device",
+}
+
+
+def kind_of(mode: int) -> str:
+    """The layout's kind of an `lstat` mode (`dir`, `file`, `socket`), else `symlink` or `other`."""
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "symlink" if stat.S_ISLNK(mode) else "other"
+
+
 # -- folders -----------------------------------------------------------------------------------------------
 
 
@@ -262,7 +324,7 @@ def private_dir(path: Path, st: os.stat_result | None = None) -> None:
             mode=f"{mode:04o}",
         )
     if mode & 0o077 and st.st_uid == os.geteuid():
-        os.chmod(path, DIR_MODE)
+        _chmod(path, DIR_MODE)
 
 
 def make_dirs(path: Path) -> None:
@@ -323,7 +385,17 @@ def tighten(path: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
-        os.chmod(path, FILE_MODE)
+        _chmod(path, FILE_MODE)
+
+
+def _chmod(path: Path, mode: int) -> None:
+    """Close a path of ours that is too open; on a read-only file system (or an immutable file) it stays as it
+    is: nothing can write there anyway, and reading it must still work (the operator CLI)."""
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EPERM):
+            raise
 
 
 @contextlib.contextmanager
@@ -385,16 +457,18 @@ def read_secret(path: Path, what: str, *, limit: int = 4096) -> bytes | None:
     another uid, or one that group or others may read or write.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO planted here would otherwise hold the open (and the service's start) for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
         why = "it is a symlink" if path.is_symlink() else exc.strerror
         raise StoreError(f"cannot use {what} {path}: {why}", path=str(path)) from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory with a bare OSError
+        os.close(fd)
+        raise StoreError(f"{what} {path} is not a regular file", path=str(path))
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise StoreError(f"{what} {path} is not a regular file", path=str(path))
         if st.st_uid != os.geteuid():
             raise StoreError(
                 f"{what} {path} belongs to uid {st.st_uid}, not to this service (uid {os.geteuid()})", path=str(path)

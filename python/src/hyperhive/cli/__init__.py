@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from hyperhive import __version__
-from hyperhive.errors import EXIT_CONFIG, ConfigError, HyperhiveError, exit_status, hyperhive_error
+from hyperhive.errors import EXIT_CONFIG, EXIT_STATE, ConfigError, HyperhiveError, exit_status, hyperhive_error
 
 # name → "module:attribute" of a click command.
 COMMANDS = {
@@ -43,9 +43,15 @@ class LazyGroup(click.Group):
         except (HyperhiveError, BaseExceptionGroup) as exc:
             error = hyperhive_error(exc)
             if error is None:
+                if (store := _store_failure(exc)) is not None:
+                    _fail_store(store)
                 raise
             click.echo(f"hyperhive: {error}", err=True)
             sys.exit(exit_status(error))
+        except Exception as exc:
+            if (store := _store_failure(exc)) is not None:
+                _fail_store(store)
+            raise
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -57,6 +63,30 @@ class LazyGroup(click.Group):
         module, attr = target.split(":")
         command: click.Command = getattr(importlib.import_module(module), attr)
         return command
+
+
+def _store_failure(exc: BaseException) -> BaseException | None:
+    """The SQLite error in `exc` (inside exception groups too) that no command turned into a message of its
+    own: a write on a full or read-only state directory (`send` stored offline), a database locked for
+    longer than the busy timeout. Never imports sqlite3: if it was not imported, no such error exists."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is None:
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        return next((e for e in map(_store_failure, exc.exceptions) if e is not None), None)
+    return exc if isinstance(exc, sqlite3.Error) else None
+
+
+def _fail_store(exc: BaseException) -> NoReturn:
+    """One line for a failure of the state database, as `describe_sqlite_error` says it; exit 3."""
+    import sqlite3
+
+    from hyperhive.store.database import describe_sqlite_error
+
+    assert isinstance(exc, sqlite3.Error)
+    db = config_or_exit(read_mcp_servers=False).state.db
+    click.echo(f"hyperhive: {describe_sqlite_error(exc, db)}", err=True)
+    sys.exit(EXIT_STATE)
 
 
 def config_or_exit(*, read_mcp_servers: bool = True, **overrides: Any) -> Config:

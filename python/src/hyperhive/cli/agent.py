@@ -2,7 +2,8 @@
 
 Exit statuses (the `hyperhive` table): 0 after a clean stop, 2 bad configuration (the unit's
 `RestartPreventExitStatus=2`: no restart loop), 3 the state directory or database cannot be used, 4 another
-service holds the state directory.
+service holds the state directory, 1 the start failed for another reason. A failed start is one line naming
+its step (harness/startup.py).
 """
 
 from __future__ import annotations

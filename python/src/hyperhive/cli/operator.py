@@ -70,13 +70,15 @@ def _existing_state(config: Config) -> Path:
     return config.state_dir
 
 
-def _records(config: Config) -> Any:
+def _records(config: Config, *, write: bool = False) -> Any:
+    """The store's records, never a new store (root may read another user's). Only `send` writes: for the
+    rest a state directory that cannot be written (read-only, full) is read read-only."""
     from hyperhive.harness.records import Records
     from hyperhive.store.database import Store
 
     _existing_state(config)
     try:
-        return Records(Store(config.state.db, create=False))  # never a new one; root may read another's
+        return Records(Store(config.state.db, create=False, write=write))
     except StoreError as exc:
         _fail(str(exc), EXIT_STATE)
 
@@ -146,7 +148,7 @@ def _store_wake_here(config: Config, source: str, text: str, request_id: str | N
     from hyperhive.control.wire import AnswerLost
     from hyperhive.store.database import describe_sqlite_error
 
-    records = _records(config)
+    records = _records(config, write=True)
     try:
         wake = records.add_wake(source, text, request_id=request_id)
     except sqlite3.Error as exc:
@@ -215,12 +217,25 @@ def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any
         "up": False,
         "state": "not running" if problem is None else "not answering",
         "problem": problem,
+        **_store_state(records.store),
         "runtime": config.runtime,
         "queue": dataclasses.asdict(records.counts()),
         "tasks": tasks,
         "last_turn": dataclasses.asdict(last) if last is not None else None,
         "turns": records.turn_count(),
     }
+
+
+def _store_state(store: Any) -> dict[str, str]:
+    """What offline `status` says of a store that cannot be written (read read-only, or full): the operator
+    should know before the service does."""
+    from hyperhive.store.database import out_of_space
+
+    if store.unwritable:
+        return {"store": f"read-only: {store.unwritable}"}
+    if out_of_space(store.path.parent):
+        return {"store": f"no space left in the state directory {store.path.parent}"}
+    return {}
 
 
 def _format_status(info: dict[str, Any]) -> str:
@@ -232,6 +247,8 @@ def _format_status(info: dict[str, Any]) -> str:
         lines.append(f"service:  NOT ANSWERING: {info['problem']} (read from the store)")
     else:
         lines.append("service:  NOT RUNNING (read from the store)")
+    if info.get("store"):
+        lines.append(f"store:    {info['store']}")
     lines.append(f"state:    {info['state']}")
     lines.append(f"runtime:  {info['runtime']}" + (f", session {info['session']}" if info.get("session") else ""))
     context = info.get("context") or {}
@@ -371,12 +388,42 @@ async def _follow_stream(
 # -- tail --------------------------------------------------------------------------------------------
 
 
+TAIL_LINES = 200
+TAIL_BYTES = "2M"
+_SIZES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A size for --bytes: a whole number of bytes, or with K, M or G (powers of 1024)."""
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in _SIZES else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise click.BadParameter(f"{value!r} is not a size: a whole number of bytes, or with K, M or G")
+    return int(number) * _SIZES[unit]
+
+
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
 @click.option("--json", "as_json", is_flag=True, help="The stream-json lines instead of readable ones.")
 @click.option("--raw", is_flag=True, help=_RAW_HELP)
-def tail(follow: bool, as_json: bool, raw: bool) -> None:
-    """The agent's turns as they happen (readable like `hyperhive turn --render`)."""
+@click.option(
+    "-n", "--lines", "count", default=TAIL_LINES, show_default=True, help="How many of the transcript's last lines."
+)
+@click.option(
+    "--bytes",
+    "max_bytes",
+    default=TAIL_BYTES,
+    show_default=True,
+    callback=_size,
+    help="Read at most this much of the transcript's end (K, M, G); lines beyond it are left out, and said to be.",
+)
+def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> None:
+    """The agent's turns as they happen (readable like `hyperhive turn --render`).
+
+    Without -f: the end of the latest transcript, read back from its end (never the whole file), at most
+    --lines lines within its last --bytes bytes.
+    """
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
 
@@ -403,11 +450,7 @@ def tail(follow: bool, as_json: bool, raw: bool) -> None:
         if latest is None:
             click.echo("no turns yet")
             return
-        for stored in latest.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]:
-            try:
-                show_line(json.loads(stored))
-            except ValueError:
-                continue
+        _show_transcript_end(latest, count, max_bytes, show_line)
         return
 
     def on_event(event: dict[str, Any]) -> None:
@@ -427,6 +470,39 @@ def tail(follow: bool, as_json: bool, raw: bool) -> None:
         sys.stdout.flush()
 
     _follow(config, on_event, say_missed=True)
+
+
+def _show_transcript_end(path: Path, count: int, max_bytes: int, show: Callable[[dict[str, Any]], None]) -> None:
+    """The last lines of a transcript, one at a time (memory bounded by `max_bytes`), and a word on stderr
+    when the bound left some out."""
+    from hyperhive.runtime.transcript import read_span, transcript_end
+
+    end = transcript_end(path, count, max_bytes)
+    bound = f"--bytes {_human(max_bytes)}"
+    if end.oversized:
+        _note(f"the last line of {path} is longer than {bound}: not shown (a larger --bytes shows it)")
+    elif end.earlier:
+        _note(
+            f"the last {len(end.spans)} lines of {path}; the lines before them are beyond {bound} (raise it for more)"
+        )
+    for span in end.spans:
+        try:
+            show(json.loads(read_span(path, span).decode("utf-8", errors="replace")))
+        except ValueError:
+            continue
+
+
+def _note(text: str) -> None:
+    click.echo(f"hyperhive: {visible(text)}", err=True)
+    sys.stderr.flush()
+
+
+def _human(size: int) -> str:
+    """A size as --bytes takes it."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
 
 
 def _latest_transcript(config: Config) -> Path | None:

@@ -23,8 +23,9 @@ from hyperhive.tasks.report import describe_kill, format_view, summary, view_dic
 from hyperhive.visible import visible
 
 
-def _store(config: Config) -> Store:
-    return Store(config.state.db, create=False)
+def _store(config: Config, *, write: bool = False) -> Store:
+    """Never a new store; only `kill` writes (a read-only or full state directory is read read-only)."""
+    return Store(config.state.db, create=False, write=write)
 
 
 def _engine(store: Store) -> TaskEngine:
@@ -78,7 +79,7 @@ def show(task_id: str, as_json: bool) -> None:
 def kill(task_id: str) -> None:
     """Kill a task and everything it started."""
     config = config_or_exit()
-    with _store(config) as store:
+    with _store(config, write=True) as store:
         engine = _engine(store)
         try:
             result = anyio.run(engine.kill, task_id)

@@ -32,6 +32,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
+from hyperhive.harness.carried_again import CutTurn
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.prompt import Prompt
@@ -197,6 +198,10 @@ class Inbox:
         """Record the turn's end with the delivery of its wakes (one transaction, records.py); announce it."""
         await self._write(self._writer.end_turn, turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
         self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
+
+    async def cut_turns(self, wake_ids: Sequence[int], *, since: float) -> tuple[list[CutTurn], int]:
+        """The turns that carried some of these wakes and ended unanswered, with what they did (records.py)."""
+        return await self._read(self._reader.cut_turns, wake_ids, since=since)
 
     async def interrupt_running_turns(self) -> int:
         return await self._write(self._writer.interrupt_running_turns)

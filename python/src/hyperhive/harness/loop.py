@@ -28,10 +28,11 @@ from pathlib import Path
 
 import anyio
 
+from hyperhive.harness import carried_again
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import FeedSink, JournalSink
 from hyperhive.harness.notify import SystemdNotifier
-from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt
+from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt, with_note
 from hyperhive.harness.records import TurnEnd
 from hyperhive.runtime import Runtime
 from hyperhive.runtime.base import Sink, TeeSink
@@ -39,6 +40,7 @@ from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import describe_sqlite_error
+from hyperhive.store.wakes import WakeRow
 
 log = logging.getLogger("hyperhive.harness")
 
@@ -141,6 +143,7 @@ class TurnLoop:
             max_chars=self.policy.max_chars,
             waiting=(await self.inbox.counts()).waiting,
         )
+        prompt = await self._say_what_was_done(prompt, wakes)
         answered = await self.turn(prompt)
         if answered:
             self.failures = 0
@@ -148,6 +151,17 @@ class TurnLoop:
         else:
             self.failures += 1
             await self._back_off()
+
+    async def _say_what_was_done(self, prompt: Prompt, wakes: list[WakeRow]) -> Prompt:
+        """A prompt carrying wakes that an unanswered turn carried before says so, with what that turn did
+        (harness/carried_again.py): delivery is at least once, and the agent must not do the work twice."""
+        carried = set(prompt.wake_ids)
+        since = min(w.not_before for w in wakes if w.id in carried)
+        turns, earlier = await self.inbox.cut_turns(prompt.wake_ids, since=since)
+        if not turns:
+            return prompt
+        log.info("carrying again wake(s) that turn(s) %s carried unanswered", [t.id for t in turns])
+        return with_note(prompt, carried_again.note(turns, earlier=earlier))
 
     async def turn(self, prompt: Prompt) -> bool:
         """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from hyperhive.control.send import SOURCE
@@ -126,6 +126,13 @@ def build_prompt(
     chosen = candidates[: len(sections)]
     text = "\n\n".join([preamble(tag, len(chosen), total - len(chosen)), *sections])
     return Prompt(text, [w.id for w in chosen], {w.id: w.source for w in chosen})
+
+
+def with_note(prompt: Prompt, note: str) -> Prompt:
+    """`prompt` with the harness's `note` between its preamble and its first wake (a wake carried again:
+    harness/carried_again.py). Every line of the note is the harness's own, starting with `[hyperhive]`."""
+    preamble, sections = prompt.text.split("\n\n", 1)
+    return replace(prompt, text=f"{preamble}\n\n{note}\n\n{sections}")
 
 
 def _cut(body: str, room: int) -> str:

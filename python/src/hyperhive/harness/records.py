@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from hyperhive.harness.carried_again import MAX_ITEMS, MAX_TURNS, CutTurn, Done, reminder_state, task_state
 from hyperhive.store.database import Store
+from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import QueueCounts, WakeRow, WakeTable
 
 TurnOutcome = Literal["running", "answered", "cancelled", "failed", "interrupted"]
@@ -179,6 +181,39 @@ class Records:
             (time.time(),),
         )
         return cur.rowcount
+
+    def cut_turns(self, wake_ids: Sequence[int], *, since: float, scan: int = 200) -> tuple[list[CutTurn], int]:
+        """The turns that carried any of `wake_ids` and ended without delivering them (interrupted, failed,
+        cancelled), begun at `since` or later (when the earliest of them was due), with what each did: its
+        replies (outbox rows with its id), the tasks started and the reminders set while it ran. The last
+        MAX_TURNS of them, oldest first, and how many earlier ones there were. Bounded: at most the last
+        `scan` unanswered turns are read, and MAX_ITEMS things of each kind per turn."""
+        wanted = set(wake_ids)
+        rows = self.db.execute(
+            "SELECT id, started_at, ended_at, wake_ids, outcome, error FROM turns"
+            " WHERE outcome IN ('interrupted', 'failed', 'cancelled') AND started_at >= ? ORDER BY id DESC LIMIT ?",
+            (since, scan),
+        ).fetchall()
+        found = [(row, carried) for row in rows if (carried := [i for i in json.loads(row[3]) if i in wanted])]
+        turns = [self._cut_turn(row, carried) for row, carried in reversed(found[:MAX_TURNS])]
+        return turns, len(found) - len(turns)
+
+    def _cut_turn(self, row: tuple[object, ...], carried: list[int]) -> CutTurn:
+        turn_id, started, ended, _, outcome, error = row
+        assert isinstance(turn_id, int) and isinstance(started, float)
+        end = float(ended) if isinstance(ended, int | float) else time.time()
+        replies = self.db.execute(
+            "SELECT id, body FROM outbox WHERE turn_id = ? AND source = ? ORDER BY id LIMIT ?",
+            (turn_id, AGENT, MAX_ITEMS),
+        ).fetchall()
+        (replied,) = self.store.one("SELECT COUNT(*) FROM outbox WHERE turn_id = ? AND source = ?", (turn_id, AGENT))
+        tasks, task_count = TaskTable(self.store).created_between(started, end, limit=MAX_ITEMS)
+        reminders, reminder_count = self.wakes.created_between(TIMER, started, end, limit=MAX_ITEMS)
+        done = [Done("reply", i, "sent to the operator", body) for i, body in replies]
+        done += [Done("task", t.id, task_state(t), t.cmd) for t in tasks]
+        done += [Done("reminder", w.id, reminder_state(w), w.body) for w in reminders]
+        more = int(replied) + task_count + reminder_count - len(done)
+        return CutTurn(turn_id, carried, str(outcome), error if isinstance(error, str) else None, done, more)
 
     def last_turn(self) -> TurnRow | None:
         row = self.store.one(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1", ())

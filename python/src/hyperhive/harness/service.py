@@ -40,6 +40,7 @@ from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import SystemdNotifier
+from hyperhive.harness.startup import Startup
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
@@ -145,11 +146,27 @@ class Service:
 
 
 async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
-    """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
+    """Run the service until SIGTERM/SIGINT; returns the exit status (0 after a clean stop). A failure before
+    READY is raised as one HyperhiveError naming the step (harness/startup.py), never a traceback."""
+    startup = Startup(config.state.root)
+    try:
+        return await _serve(config, policy, startup)
+    except BaseException as exc:
+        failure = startup.failure(exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+async def _serve(config: Config, policy: LoopPolicy | None, startup: Startup) -> int:
     state = config.state
+    startup.at("prepare the state directory", state.root)
     statedir.prepare(state.root)  # 0700; refused when others can write it
+    statedir.check_layout(state.root)  # nothing of it where it cannot be used
     notifier = SystemdNotifier()
+    startup.at("take the service lock", state.lock)
     with ServiceLock(state.lock), contextlib.ExitStack() as closing:
+        startup.at("open the state database", state.db)
         inbox = await Inbox.open(state.db, feed=LiveFeed())
         closing.callback(inbox.close)
         engine_store = await anyio.to_thread.run_sync(Store, state.db)
@@ -167,12 +184,14 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
             )
         # A predecessor killed with no cleanup may have left its agent (or a claude turn) running: end it,
         # then record our own children the same way (procs/registry.py).
+        startup.at("end what a previous service left running", state.children)
         await end_leftovers(state.children)
         record_children_in(state.children)
         # Processes the service starts (the agent, its bash servers, tasks) find the service here.
         os.environ["HIVE_SOCKET"] = str(state.socket)
         transcript = TranscriptSink(state.transcripts)
         try:
+            startup.at("start the task engine", state.tasks)
             engine = TaskEngine(TaskTable(engine_store), state.tasks, config.workdir, on_wake=inbox.wake_committed)
             async with engine:
                 return await _run(
@@ -183,6 +202,7 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
                     notifier=notifier,
                     transcript=transcript,
                     policy=policy,
+                    startup=startup,
                 )
         finally:
             record_children_in(None)
@@ -198,6 +218,7 @@ async def _run(
     notifier: SystemdNotifier,
     transcript: TranscriptSink,
     policy: LoopPolicy | None,
+    startup: Startup,
 ) -> int:
     socket_path = config.state.socket
     agent_config = dataclasses.replace(config, socket=socket_path)
@@ -209,14 +230,19 @@ async def _run(
             def current_turn() -> int | None:
                 return loop.current_turn if loop is not None else None
 
+            startup.at("serve hyperhive's HTTP tools")
             http_url, mcp_servers = await _start_tools(tg, agent_config, inbox, current_turn)
             agent_config = dataclasses.replace(agent_config, mcp_servers=mcp_servers)
+            startup.at(f"set up the {config.runtime} runtime")
             runtime = make_runtime(agent_config, sessions)
             loop = TurnLoop(runtime, inbox, transcript=transcript, notifier=notifier, policy=policy)
             service = Service(agent_config, inbox, engine, runtime, loop, time.time(), http_url)
+            startup.at("bind the control socket", socket_path)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
+            startup.at("watch for stop signals")
             await tg.start(_watch_signals, loop, engine, tg, config.cancel_grace + STOP_MARGIN, notifier)
             tg.start_soon(notifier.watchdog)
+            startup.done()
             notifier.ready("idle")
             log.info("hyperhive %s serving %s (runtime %s)", __version__, config.state_dir, runtime.name)
             await loop.run()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -116,3 +117,61 @@ class TranscriptSink:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+# -- reading its end ---------------------------------------------------------------------------------------
+
+_BLOCK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class TranscriptEnd:
+    """Where the last lines of a transcript lie: `spans` (offset, length), oldest first. `earlier`: lines
+    before them were left out by the byte bound (not by the count, which the caller chose). `oversized`: the
+    last line alone is longer than the bound (at least this many bytes), so nothing is shown."""
+
+    spans: list[tuple[int, int]]
+    earlier: bool
+    oversized: int
+
+
+def transcript_end(path: Path, count: int, max_bytes: int) -> TranscriptEnd:
+    """Find the last `count` whole lines of the transcript at `path` within its last `max_bytes` bytes, reading
+    back from the end a block at a time: memory and time are bounded by `max_bytes` whatever the file's size
+    (`hyperhive tail` read a 264 MB transcript whole to print its last 200 lines, and took 565 MB)."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or count <= 0:
+            return TranscriptEnd([], earlier=False, oversized=0)
+        f.seek(size - 1)
+        end = size - 1 if f.read(1) == b"\n" else size  # the last line's own newline ends no line after it
+        floor = max(0, end - max_bytes - 1)  # nothing before this is read (from here: the newline before a line)
+        starts: list[int] = []  # where each line found starts, newest first
+        pos = end
+        while pos > floor and len(starts) < count:
+            low = max(floor, pos - _BLOCK)
+            f.seek(low)
+            block = f.read(pos - low)
+            cut = len(block)
+            while len(starts) < count and (newline := block.rfind(b"\n", 0, cut)) >= 0:
+                starts.append(low + newline + 1)
+                cut = newline
+            pos = low
+        if end <= max_bytes and len(starts) < count:
+            starts.append(0)  # the whole file is within the bound: its first line is shown too
+    spans: list[tuple[int, int]] = []
+    line_end = end
+    for start in starts:
+        spans.append((start, line_end - start))
+        line_end = start - 1
+    spans.reverse()
+    if not starts:
+        return TranscriptEnd([], earlier=True, oversized=end - floor)
+    return TranscriptEnd(spans, earlier=starts[-1] > 0 and len(starts) < count, oversized=0)
+
+
+def read_span(path: Path, span: tuple[int, int]) -> bytes:
+    """One line found by `transcript_end`, without its newline."""
+    with path.open("rb") as f:
+        f.seek(span[0])
+        return f.read(span[1])

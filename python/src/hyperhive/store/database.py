@@ -17,8 +17,11 @@ stalls the event loop).
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -30,36 +33,99 @@ from hyperhive.store.schema import MIGRATIONS, OWN_TABLES, SCHEMA_VERSION
 
 
 def describe_sqlite_error(exc: sqlite3.Error, path: Path) -> str:
-    """What an SQLite failure means for the operator, in one phrase naming the state directory."""
+    """What an SQLite failure means for the operator, in one phrase naming the state directory.
+
+    Read from SQLite's error code and, where SQLite only says "disk I/O error" or "unable to open", from
+    the file system itself: on a full disk SQLite cannot grow its shared-memory file and reports an I/O
+    error, which leaves the operator nothing to act on; "no space left" does.
+    """
     text = str(exc)
-    if "full" in text:
-        return f"no space left in the state directory {path.parent} ({text})"
-    if "locked" in text or "busy" in text:
+    code = getattr(exc, "sqlite_errorname", None) or ""
+    directory = path.parent
+    vague = code.startswith(("SQLITE_IOERR", "SQLITE_CANTOPEN")) or "I/O error" in text or "unable to open" in text
+    if code == "SQLITE_FULL" or "full" in text or (vague and out_of_space(directory)):
+        return f"no space left in the state directory {directory} ({text})"
+    if code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text or "busy" in text:
         return f"the state database {path} is locked by another process ({text})"
-    if "readonly" in text or "read-only" in text:
-        return f"the state directory {path.parent} is read-only ({text})"
-    if "not a database" in text or "malformed" in text:
+    if (
+        code.startswith("SQLITE_READONLY")
+        or "readonly" in text
+        or "read-only" in text
+        or (vague and _read_only(directory))
+    ):
+        return f"the state directory {directory} is read-only ({text})"
+    if code in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in text or "malformed" in text:
         return f"{path} is not a hyperhive database, or it is corrupt ({text}); move it aside to start afresh"
     if "unable to open" in text:
-        return f"cannot open the state database {path} ({text}); is {path.parent} writable?"
+        return f"cannot open the state database {path} ({text}); is {directory} writable?"
     return f"the state database {path} failed: {text}"
+
+
+# Less room than this beside an I/O error is a full disk: SQLite's shared-memory file alone takes 32 KiB.
+_NEARLY_FULL = 1 << 20
+
+
+def out_of_space(directory: Path) -> bool:
+    """Whether the file system of `directory` has (next to) no room left: no blocks or no inodes."""
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < _NEARLY_FULL or (fs.f_files > 0 and fs.f_favail == 0)
+
+
+def _read_only(directory: Path) -> bool:
+    """The directory cannot be written: a read-only mount, or (`chattr +i`, permissions) not by us."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY) or not os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
+def _unwritable(failure: StoreError) -> bool:
+    """Whether `failure` to open the database is the state directory's refusing writes (read-only, full),
+    so that opening it read-only may still work."""
+    cause = failure.__cause__
+    if isinstance(cause, OSError):
+        return cause.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM)
+    if isinstance(cause, sqlite3.Error):
+        code = getattr(cause, "sqlite_errorname", None) or ""
+        return code.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_FULL"))
+    return False
 
 
 class Store:
     """One connection to the state database. Cheap to open; open one per process (or per thread)."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, create: bool = True) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 10_000, create: bool = True, write: bool = True) -> None:
         """Open (creating if needed) the database at `path`; its directory is made private first.
 
         `create=False`: the directory and the database must exist already (the operator CLI reads state;
-        it never starts an empty one). Every failure is a `StoreError` with one line naming the problem.
+        it never starts an empty one). `write=False` (with `create=False`: the CLI's reading commands):
+        when the state directory cannot be written (read-only, full), the database is opened read-only
+        instead of not at all (`unwritable` says why): reading must work whenever the file can be read.
+        Every failure is a `StoreError` with one line naming the problem.
         """
         self.path = path
+        # Why the database is open read-only (`write=False` on a state directory that cannot be written).
+        self.unwritable: str | None = None
         statedir.prepare(path.parent, create=create)
         if not create and not path.exists():
             raise StoreError(
                 f"no state database at {path}: nothing has run here yet", path=str(path), problem="missing"
             )
+        try:
+            self._open(busy_timeout_ms)
+        except StoreError as exc:
+            if write or create or not _unwritable(exc):
+                raise
+            self._open_read_only(busy_timeout_ms, exc)
+            return
+        for suffix in ("", "-wal", "-shm"):
+            statedir.tighten(Path(f"{path}{suffix}"))
+
+    def _open(self, busy_timeout_ms: int) -> None:
+        path = self.path
         statedir.create_file(path, "the state database")
         try:
             self._db = sqlite3.connect(
@@ -80,8 +146,42 @@ class Store:
         except sqlite3.Error as exc:
             self._db.close()
             raise StoreError(describe_sqlite_error(exc, path), path=str(path)) from exc
-        for suffix in ("", "-wal", "-shm"):
-            statedir.tighten(Path(f"{path}{suffix}"))
+
+    def _open_read_only(self, busy_timeout_ms: int, failure: StoreError) -> None:
+        """Read a database the state directory cannot let us write. A WAL database normally needs its
+        `-shm` index, which SQLite must be able to create: with a `-wal` (and so `-shm`) left by a running or
+        crashed service, `mode=ro` reads both; with none, the database file is all there is, and `immutable`
+        reads it without the index. Anything else (a `-wal` without its index) raises `failure`."""
+        path = self.path
+        wal = Path(f"{path}-wal")
+        has_wal = wal.exists() and wal.stat().st_size > 0
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro" + ("" if has_wal else "&immutable=1")
+        try:
+            self._db = sqlite3.connect(
+                uri, uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+            )
+        except sqlite3.Error:
+            raise failure from None
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self._check_ours()
+            (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]
+            if version > SCHEMA_VERSION:
+                self._migrate()  # refuses it, saying why
+            if version < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{path} has schema version {version} and must be migrated to {SCHEMA_VERSION}, which "
+                    f"needs a writable state directory ({failure})",
+                    path=str(path),
+                    version=version,
+                )
+        except StoreError:
+            self._db.close()
+            raise
+        except sqlite3.Error:
+            self._db.close()
+            raise failure from None
+        self.unwritable = failure.message
 
     def _check_ours(self) -> None:
         """Refuse a SQLite database another program made (version 0, yet tables we did not create)."""

@@ -96,6 +96,15 @@ class TaskTable:
         rows = self.store.db.execute(f"SELECT {_COLUMNS} FROM tasks ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [_task(r) for r in rows]
 
+    def created_between(self, start: float, end: float, *, limit: int) -> tuple[list[TaskRow], int]:
+        """The first `limit` tasks created in [start, end], oldest first, and how many there are in all (the
+        tasks a turn started, for the prompt that carries its wakes again)."""
+        rows = self.store.db.execute(
+            f"SELECT {_COLUMNS} FROM tasks WHERE created_at BETWEEN ? AND ? ORDER BY id LIMIT ?", (start, end, limit)
+        ).fetchall()
+        (count,) = self.store.one("SELECT COUNT(*) FROM tasks WHERE created_at BETWEEN ? AND ?", (start, end))
+        return [_task(r) for r in rows], int(count)
+
     def unfinished(self) -> list[TaskRow]:
         rows = self.store.db.execute(
             f"SELECT {_COLUMNS} FROM tasks WHERE status IN ('pending', 'running') ORDER BY id"

@@ -141,6 +141,18 @@ class WakeTable:
         ).fetchall()
         return [WakeRow(*r) for r in rows]
 
+    def created_between(self, source: str, start: float, end: float, *, limit: int) -> tuple[list[WakeRow], int]:
+        """The first `limit` wakes from `source` created in [start, end], oldest first, and how many there are
+        in all (the reminders a turn set, for the prompt that carries its wakes again)."""
+        rows = self.store.db.execute(
+            f"SELECT {_COLUMNS} FROM wakes WHERE source = ? AND created_at BETWEEN ? AND ? ORDER BY id LIMIT ?",
+            (source, start, end, limit),
+        ).fetchall()
+        (count,) = self.store.one(
+            "SELECT COUNT(*) FROM wakes WHERE source = ? AND created_at BETWEEN ? AND ?", (source, start, end)
+        )
+        return [WakeRow(*r) for r in rows], int(count)
+
     def exhausted(self, max_attempts: int) -> list[int]:
         """Wakes owed a turn that `max_attempts` turns have already tried to carry, oldest first."""
         rows = self.store.db.execute(
