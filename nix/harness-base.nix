@@ -1,4 +1,4 @@
-# Always gives the agent hyperhive's own bash MCP server (design.md 3.3), with every tool allowed, so
+# Always gives the agent hyperhive's own bash MCP server, with every tool allowed, so
 # `mcp__bash__*` works on every agent: background shell tasks whose end wakes the agent.
 #
 # It is a definition of `extraMcpServers.bash`, so the operator sees it in the evaluated option; an

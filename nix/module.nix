@@ -1,8 +1,8 @@
-# services.hyperhive.agent: one coding agent as a supervised systemd service (design.md section 1).
+# services.hyperhive.agent: one coding agent as a supervised systemd service.
 #
 # Options are declared here; render.nix (pure builtins) turns them into the harness's HIVE_* environment
 # and the MCP-server file, and reports every problem, which becomes an assertion below; harness-base.nix
-# injects the bash MCP server. The environment is the only interface to the harness (design.md 3.1).
+# injects the bash MCP server. The environment is the only interface to the harness.
 {
   config,
   lib,

@@ -1,4 +1,4 @@
-# Options in, the harness's `HIVE_*` environment and its MCP-server file out (design.md 3.1).
+# Options in, the harness's `HIVE_*` environment and its MCP-server file out.
 #
 # Pure builtins: no nixpkgs, no lib, so Debian's Nix 2.8 and the Python tests (tests/nix) check every
 # line of it offline. The NixOS module (module.nix) is a thin layer of typed options around one call.
@@ -132,7 +132,7 @@ let
     ++ (if isStrAttrs (s.env or { }) then [ ] else [ "${at}.env must be an attribute set of strings" ])
     ++ (if isStrAttrs (s.headers or { }) then [ ] else [ "${at}.headers must be an attribute set of strings" ]);
 
-  # The file's shape (design.md 3.1): stdio servers carry no "type"; empty fields are written anyway so
+  # The file's shape: stdio servers carry no "type"; empty fields are written anyway so
   # the file reads the same whoever made it.
   serverJson =
     s:

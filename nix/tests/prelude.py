@@ -6,7 +6,7 @@ DB = "/var/lib/hyperhive/hyperhive.db"
 
 
 def sql(machine, query):
-    """One value per line from the harness's database (design.md 3.2), read as root."""
+    """One value per line from the harness's database, read as root."""
     return machine.succeed(f"sqlite3 {DB} \"{query}\"").strip()
 
 

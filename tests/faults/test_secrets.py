@@ -1,5 +1,5 @@
 """Secrets stay secret: API keys given to the service never appear in what it writes or says, and its state
-is private (design.md 3.2).
+is private.
 
 Decided: the agent's own words are the agent's. A task the agent runs that prints its environment, or a
 transcript line where the agent repeats a key, would show it; hyperhive does not redact what an agent says.

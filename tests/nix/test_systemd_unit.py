@@ -237,7 +237,7 @@ def start_task(rig: Container, cmd: str) -> str:
 
 
 def sql(query: str) -> str:
-    """A shell command printing one value per line from the harness's database (design.md 3.2)."""
+    """A shell command printing one value per line from the harness's database."""
     code = "import sqlite3, sys; [print(r[0]) for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])]"
     return " ".join(shlex.quote(part) for part in (PYTHON, "-c", code, DB, query))
 

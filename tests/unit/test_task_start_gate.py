@@ -87,7 +87,7 @@ def test_a_task_whose_start_was_not_recorded_never_runs(tmp_path: Path) -> None:
 
 
 def test_a_recorded_task_runs_with_stdin_at_dev_null(tmp_path: Path) -> None:
-    """The gate is the leader's stdin until it opens: the task itself still reads /dev/null (design.md 3.3)."""
+    """The gate is the leader's stdin until it opens: the task itself still reads /dev/null."""
 
     async def main() -> str:
         async with TaskEngine(TaskTable(Store(tmp_path / "db")), tmp_path / "tasks", tmp_path, cgroup="off") as engine:

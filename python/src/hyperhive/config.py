@@ -35,7 +35,7 @@ class Config:
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
     acp_env: Mapping[str, str] = field(default_factory=dict)
-    # How the agent's permission requests are answered (design.md 3.4: allow by default).
+    # How the agent's permission requests are answered (allow by default).
     acp_permission_policy: Literal["allow", "deny"] = "allow"
     # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
     acp_auth_method: str | None = None
@@ -46,7 +46,7 @@ class Config:
     state_dir: Path = field(default_factory=lambda: Path(".hyperhive").absolute())
     workdir: Path = field(default_factory=Path.cwd)
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    # How long an agent may leave a `session/cancel` unanswered before it is killed (design.md 3.4: 10 s).
+    # How long an agent may leave a `session/cancel` unanswered before it is killed (10 s by default).
     cancel_grace: float = DEFAULT_CANCEL_GRACE
     claude_command: str = "claude"
     claude_args: tuple[str, ...] = ()

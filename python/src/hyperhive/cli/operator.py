@@ -1,4 +1,4 @@
-"""The operator's commands: `send`, `status`, `outbox`, `tail` (design.md 3.6).
+"""The operator's commands: `send`, `status`, `outbox`, `tail`.
 
 They talk to the running service over its control socket, and read the store directly when it is down
 (saying so). Exit statuses: 0 done, 1 the request failed, 2 bad configuration, 3 no usable state

@@ -1,4 +1,4 @@
-"""The harness service (`hyperhive agent`): keeps one agent working turn after turn (design.md 2).
+"""The harness service (`hyperhive agent`): keeps one agent working turn after turn.
 
 It hosts the task engine (tasks outlive every agent process), turns durable wakes into prompts, drives
 each turn through the configured runtime, serves hyperhive's own MCP tools over HTTP and a control socket

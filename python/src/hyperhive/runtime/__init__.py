@@ -1,4 +1,4 @@
-"""The runtimes turns are driven through (design.md 3.4): `make_runtime` picks the configured backend.
+"""The runtimes turns are driven through: `make_runtime` picks the configured backend.
 
 Backends are imported only when chosen: the claude backend never loads the ACP SDK, and the reverse.
 """

@@ -1,4 +1,4 @@
-"""The transcript: every turn's stream-json lines, appended to `transcripts/<session>.jsonl` (design.md 3.2).
+"""The transcript: every turn's stream-json lines, appended to `transcripts/<session>.jsonl`.
 
 A turn's file is chosen by its session id, which the first lines may not carry yet (an ACP turn can learn
 it late): lines wait in memory until one names the session. A turn that ends (its `result` line) without

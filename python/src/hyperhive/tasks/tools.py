@@ -1,4 +1,4 @@
-"""The four bash tools, `run`, `status`, `kill` and `list` (design.md 3.3), in one place: what the agent sees
+"""The four bash tools, `run`, `status`, `kill` and `list`, in one place: what the agent sees
 of them (names, descriptions, input schemas, the server instructions), their arguments as checked models,
 their handlers over a task engine, and how their results read.
 

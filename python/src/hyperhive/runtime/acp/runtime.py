@@ -1,4 +1,4 @@
-"""`AcpRuntime`: turns driven through any Agent Client Protocol agent (design.md 3.4, ACP backend).
+"""`AcpRuntime`: turns driven through any Agent Client Protocol agent.
 
 The agent is spawned on the first turn and kept, with its session, between turns; a turn that finds it
 dead spawns it again and `session/load`s the recorded session. A session is recorded in the store only

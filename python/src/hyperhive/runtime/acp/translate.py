@@ -3,7 +3,7 @@
 `Translator` holds one turn's state and does no I/O and reads no clock, so it is tested by feeding it the
 updates real agents sent (tests/unit/test_acp_translate.py replays the captures).
 
-What it builds (design.md 3.4, "Translation"):
+What it builds:
 - consecutive `agent_message_chunk` texts → one `assistant` line with one `text` block; thought chunks
   likewise → one `thinking` block. A block ends when the other kind starts, when a tool line is emitted,
   when the agent starts a new message (`messageId` changes) or at the end of the turn, and a block that

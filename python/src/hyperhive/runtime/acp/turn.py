@@ -1,6 +1,6 @@
 """One `session/prompt` in flight, and the two ways it is stopped from outside.
 
-Both stops send the agent `session/cancel` (design.md 3.4):
+Both stops send the agent `session/cancel`:
 - an interrupt (`AcpRuntime.interrupt()` → `StopControl.cancel`), when the harness asks; the turn then
   ends with stop reason `cancelled`, whatever the agent answers;
 - the idle watchdog, when the turn has made no progress for `idle_timeout` seconds (what counts as
