@@ -27,12 +27,13 @@ from mcp.types import CallToolResult, TextContent
 
 from hyperhive.harness.http_files import HttpToolsError, load_token, read_endpoint
 from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits
-from hyperhive.harness.http_tools import HYPERHIVE_SERVER, MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
+from hyperhive.harness.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.notify import Doorbell
 from hyperhive.harness.own_tools import MAX_BODY_BYTES
 from hyperhive.harness.records import AGENT, TIMER, Records
+from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies
 from hyperhive.mcp_servers import McpServers
 from hyperhive.statedir import StateDir
 from hyperhive.store.database import Store
@@ -53,7 +54,7 @@ class Served:
     tools: HyperhiveTools
     records: Records
     scheduled: list[float] = field(default_factory=list)
-    turn: int | None = None
+    turn: TurnReplies | None = None  # the turn in flight, as the loop hands it to the tools
 
     @property
     def port(self) -> int:
@@ -128,7 +129,7 @@ async def serving(state: Path, store: Store | None = None, limits: Limits = DEFA
         with inbox_on(store, scheduled) as inbox:
             records = Records(store)  # the test's own view of the tables
             holder: dict[str, Served] = {}
-            tools = HyperhiveTools(state, inbox, current_turn=lambda: holder["served"].turn, limits=limits)
+            tools = HyperhiveTools(state, inbox, in_flight=lambda: holder["served"].turn, limits=limits)
             async with anyio.create_task_group() as tg:
                 url = await tg.start(tools.serve)
                 served = holder["served"] = Served(state, url, tools, records, scheduled)
@@ -165,7 +166,7 @@ async def test_lists_the_four_tools_each_described_for_the_model(state: Path) ->
 
 async def test_reply_lands_in_the_outbox_with_the_turn_in_flight(state: Path) -> None:
     async with serving(state) as served, served.session() as session:
-        served.turn = 7
+        served.turn = TurnReplies(7)
         first = await session.call_tool("reply", {"body": "build is green"})
         served.turn = None
         second = await session.call_tool("reply", {"body": "between turns"})
@@ -177,6 +178,27 @@ async def test_reply_lands_in_the_outbox_with_the_turn_in_flight(state: Path) ->
     ]
     assert f"id {rows[0].id}" in text(first)
     assert served.scheduled == []  # a reply schedules nothing
+
+
+async def test_the_turn_in_flight_is_told_what_became_of_each_reply_call(state: Path) -> None:
+    # A reply counts once it is stored (harness/replies.py): the tools count the calls that reach them, those
+    # they store, and those they could not store; a call refused for its arguments is only `reached`.
+    store = Store(state / "hyperhive.db")
+    async with serving(state, store) as served, served.session() as session:
+        turn = served.turn = TurnReplies(3)
+        stored = await session.call_tool("reply", {"body": "stored"})
+        counts = [(turn.reached, turn.stored, turn.not_stored)]
+        for refused in ({"body": " "}, {}, {"body": 5}):  # ours, then the SDK's, argument checks
+            assert (await session.call_tool("reply", refused)).isError
+        counts.append((turn.reached, turn.stored, turn.not_stored))
+        await session.call_tool("reminders", {})  # not a reply
+        store.close()
+        failed = await session.call_tool("reply", {"body": "the database is gone"})
+        counts.append((turn.reached, turn.stored, turn.not_stored))
+        served.turn = None
+        between = await session.call_tool("reply", {"body": "between turns"})
+    assert not stored.isError and failed.isError and between.isError
+    assert counts == [(1, 1, 0), (4, 1, 0), (5, 1, 1)]
 
 
 async def test_remind_stores_a_timer_wake_and_rearms_the_loop(state: Path) -> None:
@@ -467,7 +489,7 @@ def test_a_bad_token_file_stops_the_tools_at_construction(tmp_path: Path) -> Non
     StateDir(tmp_path).token.write_text("a-token-that-leaked-0123456789")
     StateDir(tmp_path).token.chmod(0o644)
     with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox, pytest.raises(HttpToolsError):
-        HyperhiveTools(tmp_path, inbox, current_turn=lambda: None)
+        HyperhiveTools(tmp_path, inbox, in_flight=lambda: None)
 
 
 async def test_the_endpoint_is_recorded_0600_while_serving_and_removed_after(state: Path) -> None:
@@ -644,7 +666,7 @@ async def test_the_agent_entries_render_for_claude_and_acp_and_work(state: Path)
 
 def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
     with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox:
-        tools = HyperhiveTools(tmp_path, inbox, current_turn=lambda: None)
+        tools = HyperhiveTools(tmp_path, inbox, in_flight=lambda: None)
         with pytest.raises(HttpToolsError, match="not serving"):
             tools.server_entry()
 
@@ -653,7 +675,7 @@ def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
 async def test_cancellation_while_starting_does_not_hang(state: Path, after: float) -> None:
     # Found by this test: under `tg.start`, a start cancelled early waited forever for the shielded server.
     with Store(state / "hyperhive.db") as store, inbox_on(store) as inbox:
-        tools = HyperhiveTools(state, inbox, current_turn=lambda: None)
+        tools = HyperhiveTools(state, inbox, in_flight=lambda: None)
         with anyio.fail_after(30):  # a bound against hanging, not a speed check
             async with anyio.create_task_group() as tg:
                 tg.start_soon(tools.serve)

@@ -13,6 +13,9 @@ Guarantees (docs/architecture.md, "The turn loop"):
 - idle, the loop sleeps on the inbox's doorbell (or until the next timer is due); the inbox looks every 5 s
   for a wake another process stored without ringing (`Inbox.wait`);
 - every read and write of the store goes through the inbox (harness/inbox.py), off the event loop;
+- a turn in which a `reply` of the agent's did not reach the outbox (the call failed on its way, or the row
+  could not be written) is not answered, however the agent ended it: its wakes are carried again
+  (harness/replies.py: a reply counts once it is stored);
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
   cannot compact), and the log says so.
 """
@@ -23,7 +26,7 @@ import logging
 import math
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -34,6 +37,7 @@ from hyperhive.harness.live import FeedSink, JournalSink
 from hyperhive.harness.notify import SystemdNotifier
 from hyperhive.harness.prompt import MAX_CHARS, MAX_WAKES, Prompt, build_prompt, with_note
 from hyperhive.harness.records import TurnEnd
+from hyperhive.harness.replies import TurnReplies
 from hyperhive.runtime import Runtime
 from hyperhive.runtime.base import Sink, TeeSink
 from hyperhive.runtime.errors import TurnError, Unsupported
@@ -80,6 +84,8 @@ class TurnLoop:
         self.notifier = notifier
         self.policy = policy or LoopPolicy()
         self.current_turn: int | None = None
+        # The turn in flight's replies, which the tools tell what became of the calls that reached them.
+        self.replies: TurnReplies | None = None
         self.state = "starting"
         self.failures = 0
         self.last_usage: tuple[int | None, int | None] = (None, None)
@@ -170,14 +176,15 @@ class TurnLoop:
         self._set_state(f"turn {turn_id}")
         log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
         engaged = _Engaged(self.inbox, prompt.wake_ids)
-        sink: Sink = TeeSink(engaged, self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
+        replies = self.replies = TurnReplies(turn_id)
+        sink: Sink = TeeSink(engaged, replies, self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
         started = time.monotonic()
         end: TurnEnd
         try:
             result = await self.runtime.run(prompt.text, sink)
         except TurnError as exc:
             end = _end_from(exc.result if isinstance(exc.result, ResultLine) else None, "failed", started)
-            end = TurnEnd(**{**end.__dict__, "error": exc.message})
+            end = replace(end, error=exc.message)
             log.warning("turn %d failed: %s", turn_id, exc.message)
         except BaseException:
             # The service is going down under us (cancellation) or something unexpected: never delivered,
@@ -193,10 +200,16 @@ class TurnLoop:
             except sqlite3.Error as exc:  # the next start marks the turn interrupted
                 log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
             self.current_turn = None
+            self.replies = None
             raise
         else:
             cancelled = result.stop_reason == "cancelled"
             end = _end_from(result, "cancelled" if cancelled else "answered", started)
+            # The agent ended its turn; whether the operator was told is the outbox's to say, not the agent's.
+            lost = replies.problem() if end.outcome == "answered" else None
+            if lost is not None:
+                log.warning("turn %d: %s", turn_id, lost)
+                end = replace(end, outcome="failed", error=lost)
         answered = end.outcome == "answered"
         # A turn we cut short to stop the service was not the wake's fault: the attempt is given back. One
         # that failed before the agent started on it still costs one (an agent that never starts).
@@ -204,6 +217,7 @@ class TurnLoop:
         attempt = prompt.wake_ids if not engaged.counted and not self._stopping and not answered else []
         await self._end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
         self.current_turn = None
+        self.replies = None
         log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
         self.last_usage = (end.context_used, end.context_size)
         return answered

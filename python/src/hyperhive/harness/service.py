@@ -40,6 +40,7 @@ from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import SystemdNotifier
+from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies
 from hyperhive.harness.startup import Startup
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
@@ -227,11 +228,11 @@ async def _run(
     try:
         async with anyio.create_task_group() as tg:
 
-            def current_turn() -> int | None:
-                return loop.current_turn if loop is not None else None
+            def in_flight() -> TurnReplies | None:
+                return loop.replies if loop is not None else None
 
             startup.at("serve hyperhive's HTTP tools")
-            http_url, mcp_servers = await _start_tools(tg, agent_config, inbox, current_turn)
+            http_url, mcp_servers = await _start_tools(tg, agent_config, inbox, in_flight)
             agent_config = dataclasses.replace(agent_config, mcp_servers=mcp_servers)
             startup.at(f"set up the {config.runtime} runtime")
             runtime = make_runtime(agent_config, sessions)
@@ -259,12 +260,12 @@ async def _run(
 
 
 async def _start_tools(
-    tg: TaskGroup, config: Config, inbox: Inbox, current_turn: Callable[[], int | None]
+    tg: TaskGroup, config: Config, inbox: Inbox, in_flight: Callable[[], TurnReplies | None]
 ) -> tuple[str, McpServers]:
     """Serve hyperhive's own tools; the agent's MCP servers gain the `hyperhive` entry (URL and token)."""
-    from hyperhive.harness.http_tools import HYPERHIVE_SERVER, HyperhiveTools
+    from hyperhive.harness.http_tools import HyperhiveTools
 
-    tools = HyperhiveTools(config.state_dir, inbox, current_turn=current_turn)
+    tools = HyperhiveTools(config.state_dir, inbox, in_flight=in_flight)
     url: str = await tg.start(tools.serve)
     servers = config.mcp_servers if config.mcp_servers is not None else McpServers()
     return url, servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
