@@ -99,6 +99,27 @@ def test_any_document_parses_exactly_when_it_is_within_the_limit(value: Any, lim
             jsontext.loads(text, max_depth=limit)
 
 
+def containers_in(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(map(containers_in, value.values()))
+    if isinstance(value, list):
+        return 1 + sum(map(containers_in, value))
+    return 0
+
+
+@given(JSON, st.booleans())
+def test_containers_are_counted_exactly_without_parsing_whatever_the_strings_hold(value: Any, ascii: bool) -> None:
+    # Strings full of brackets, quotes and backslashes (escaped as JSON escapes them) count for nothing.
+    assert jsontext.containers(json.dumps(value, ensure_ascii=ascii).encode()) == containers_in(value)
+
+
+def test_half_a_megabyte_of_lists_or_of_escaped_brackets_in_a_string_is_counted_right() -> None:
+    lists_body = b"[" + b",".join([b"[]"] * 174_000) + b"]"
+    strings_body = json.dumps({"body": '\\"[{' * 100_000}).encode()
+    assert jsontext.containers(lists_body) == 174_001
+    assert jsontext.containers(strings_body) == 1
+
+
 # -- the readers of outside JSON ----------------------------------------------------------------------------
 
 DEEP = lists(100_000)

@@ -8,11 +8,16 @@ client, the control socket, an HTTP body) or from the operator (environment, fil
 one limit whatever the stack, and `NestedTooDeeply`, a `ValueError`, when it is exceeded. An integer past
 Python's int conversion limit is refused the same way (`Refused`): `json.loads` raises a bare `ValueError`
 for it, which the readers that catch `JSONDecodeError` let through as a traceback.
+
+`containers` counts a text's arrays and objects without parsing it, for a reader that must refuse a
+document holding too many before anything allocates them: parsing 174,000 empty lists costs a process with
+a large heap a third of a second, most of it in the garbage collector, all of it holding the interpreter.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 # The forwarding bash server imports this, and `typing` costs its start-up (bash_mcp/protocol.py).
@@ -59,6 +64,19 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, **kwargs: Any) -> An
     if _brackets(text) > max_depth and _deeper_than(value, max_depth):
         raise NestedTooDeeply(max_depth)
     return value
+
+
+# A JSON string, escapes included (possessive: no backtracking, whatever the input). Compiled on first use
+# (re's cache): the forwarding bash server imports this module and counts its start-up in milliseconds.
+_STRING = rb'"(?:[^"\\]++|\\.)*+"'
+
+
+def containers(raw: bytes) -> int:
+    """How many arrays and objects the JSON text `raw` holds: its brackets outside strings, counted at C speed
+    (a few milliseconds for 512 KiB) and allocating nothing per container. Exact for valid JSON; for text
+    that is not, a count that parsing would refuse anyway."""
+    outside = re.sub(_STRING, b"", raw)
+    return outside.count(b"[") + outside.count(b"{")
 
 
 def _brackets(text: str | bytes) -> int:
