@@ -1,9 +1,12 @@
 """The HTTP/1.1 server under hyperhive's own tools, with a small ASGI app of the test's own and raw bytes on a
 socket: what a client may do on the wire (pipelining, 100-continue, a broken head, a body left unread), what
-the server bounds (requests at once, idle connections), and how it stops."""
+the server bounds (requests at once, idle connections, each phase's time), what admission from the head keeps
+out, and how it stops."""
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -12,7 +15,17 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits, Receive, Scope, Send, serve_http
+from hyperhive.harness.http_server import (
+    DEFAULT_LIMITS,
+    Admit,
+    Limits,
+    Receive,
+    Refusal,
+    Scope,
+    Send,
+    admit_all,
+    serve_http,
+)
 from hyperhive.harness.http_server import loopback_listener as listen
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +74,7 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(limits: Limits = DEFAULT_LIMITS) -> AsyncIterator[Served]:
+async def serving(limits: Limits = DEFAULT_LIMITS, admit: Admit = admit_all) -> AsyncIterator[Served]:
     app = EchoApp()
     listener = await listen()
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -69,7 +82,7 @@ async def serving(limits: Limits = DEFAULT_LIMITS) -> AsyncIterator[Served]:
 
     async def run() -> None:
         with stop:
-            await serve_http(app, listener, limits)
+            await serve_http(app, listener, limits, admit)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
@@ -278,3 +291,114 @@ async def test_stopping_cuts_a_request_still_in_flight_after_the_grace() -> None
     assert data == b""
     with pytest.raises(OSError):
         await anyio.connect_tcp("127.0.0.1", served.port)
+
+
+# -- admission from the head, and the bounds of each kind of connection ------------------------------------
+
+
+def members_only(scope: Scope) -> Refusal | None:
+    """Admits requests carrying `X-Member: yes`; the rest get 401 from their head."""
+    if (b"x-member", b"yes") in scope["headers"]:
+        return None
+    return Refusal(401, b"members only\n")
+
+
+async def test_a_refused_request_is_answered_from_its_head_and_nothing_of_it_reaches_the_app() -> None:
+    async with serving(admit=members_only) as served:
+        stream = await served.connect()
+        await stream.send(request("/echo", b"")[:-2].replace(b"Content-Length: 0", b"Content-Length: 1000") + b"\r\n")
+        with anyio.fail_after(2):  # not the body's 10 s: the body is never waited for
+            refused = await read_until_closed(stream)
+        await stream.aclose()
+        member = await served.connect()
+        await member.send(request("/echo", b"in", "X-Member: yes"))
+        admitted = await read_answers(member, 1)
+        await member.aclose()
+    assert refused.startswith(b"HTTP/1.1 401 ") and refused.endswith(b"members only\n")
+    assert admitted.endswith(b"in")
+    assert served.app.seen == ["/echo"]  # the member's request only
+
+
+async def test_connections_refused_or_never_finishing_their_head_take_no_admitted_requests_place() -> None:
+    limits = Limits(max_requests=2, max_unadmitted=4)
+    async with serving(limits, admit=members_only) as served:
+        crowd = []
+        for i in range(20):
+            stream = await served.connect()
+            # Half of them a whole head and no body (refused), half a head never finished.
+            await stream.send(request("/echo", b"x" * 100)[:-100] if i % 2 else b"POST /echo HTTP/1.1\r\nHo")
+            crowd.append(stream)
+        member = await served.connect()
+        await member.send(request("/echo", b"served", "X-Member: yes"))
+        answer = await read_answers(member, 1)
+        open_before = len(served_connections(served))
+        for stream in [*crowd, member]:
+            await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"served")
+    assert open_before <= 4 + 4 + 1  # unadmitted and refused pools, and the member
+
+
+def served_connections(served: Served) -> list[str]:
+    """The server's open connections: this process's descriptors of sockets accepted on the server's port."""
+    return [fd for fd in os.listdir("/proc/self/fd") if _is_server_side(fd, served.port)]
+
+
+def _is_server_side(fd: str, port: int) -> bool:
+    try:
+        sock = socket.socket(fileno=os.dup(int(fd)))
+    except OSError:
+        return False
+    try:
+        return sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port and bool(sock.getpeername())
+    except (OSError, IndexError, TypeError):
+        return False
+    finally:
+        sock.close()
+
+
+async def test_an_admitted_connection_kept_alive_outlives_a_flood_of_connections_never_admitted() -> None:
+    async with serving(Limits(max_unadmitted=4), admit=members_only) as served:
+        member = await served.connect()
+        await member.send(request("/echo", b"first", "X-Member: yes"))
+        first = await read_answers(member, 1)
+        flood = [await served.connect() for _ in range(20)]
+        for stream in flood:
+            await stream.send(b"POST /echo HTTP/1.1\r\nHo")
+        await anyio.sleep(0.1)
+        await member.send(request("/echo", b"second", "X-Member: yes"))
+        second = await read_answers(member, 1)
+        oldest_cut = await closed_by_server(flood[0], within=5)
+        for stream in [*flood, member]:
+            await stream.aclose()
+    assert first.endswith(b"first") and second.endswith(b"second")
+    assert oldest_cut
+
+
+async def test_an_app_that_does_not_answer_in_time_is_cut_with_503() -> None:
+    async with serving(Limits(answer_timeout=0.3)) as served:
+        stream = await served.connect()
+        await stream.send(request("/hold"))
+        data = await read_until_closed(stream)
+        await stream.aclose()
+        after = await served.connect()
+        await after.send(request("/echo", b"still up"))
+        fine = await read_answers(after, 1)
+        await after.aclose()
+    assert data.startswith(b"HTTP/1.1 503 ") and b"no answer within 0.3 s" in data
+    assert fine.endswith(b"still up")
+
+
+async def test_a_body_larger_than_the_bound_gets_413_declared_or_streamed() -> None:
+    async with serving(Limits(max_body=100)) as served:
+        declared = await served.connect()
+        await declared.send(request("/echo", b"x" * 101)[:-101])  # the head alone: refused before a byte
+        with anyio.fail_after(2):
+            first = await read_until_closed(declared)
+        chunked = await served.connect()
+        head = "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        await chunked.send(head.encode() + b"64\r\n" + b"x" * 100 + b"\r\n" + b"1\r\nx\r\n")
+        second = await read_until_closed(chunked)
+        for stream in (declared, chunked):
+            await stream.aclose()
+    assert first.startswith(b"HTTP/1.1 413 ") and second.startswith(b"HTTP/1.1 413 ")
+    assert served.app.seen == []

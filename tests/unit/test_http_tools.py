@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import stat
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,7 +26,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
+from hyperhive.harness import http_gate
 from hyperhive.harness.http_files import HttpToolsError, load_token, read_endpoint
+from hyperhive.harness.http_gate import INLINE_CHECK_BYTES, MAX_CONTAINERS, not_json
 from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits
 from hyperhive.harness.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
 from hyperhive.harness.inbox import Inbox
@@ -313,6 +316,71 @@ async def test_requests_with_a_wrong_token_get_401(state: Path, authorization: s
     assert rows == []
 
 
+def _head(port: int, length: int, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Content-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+async def test_a_request_without_the_token_is_refused_from_its_head_its_body_never_waited_for(state: Path) -> None:
+    # Checked after the body (the SDK's order), the token let anyone hold a request for the body's whole
+    # deadline (10 s) with a head and no body.
+    async with serving(state) as served:
+        stream = await anyio.connect_tcp("127.0.0.1", served.port)
+        await stream.send(_head(served.port, 1000))
+        with anyio.fail_after(2):
+            answer = await stream.receive()
+        await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 401 ")
+    assert b'www-authenticate: bearer error="invalid_token"' in answer.lower()
+
+
+async def test_heads_without_the_token_take_none_of_the_agents_request_slots(state: Path) -> None:
+    # 80 such heads once left 0 of 25 tool calls served: every request slot waited for a body.
+    async with serving(state, limits=Limits(max_requests=2)) as served:
+        heads = []
+        for _ in range(10):
+            stream = await anyio.connect_tcp("127.0.0.1", served.port)
+            await stream.send(_head(served.port, 100))  # and never the body, nor reading the answer
+            heads.append(stream)
+        await anyio.sleep(0.2)
+        calls = [await served.post(tool_call("reminders", {})) for _ in range(3)]
+        for stream in heads:
+            await stream.aclose()
+    assert [c.status_code for c in calls] == [200, 200, 200]
+
+
+async def test_a_body_holding_too_many_arrays_is_refused_before_it_is_parsed(state: Path) -> None:
+    lists = b"[" + b",".join([b"[]"] * 174_000) + b"]"  # valid JSON; a third of a second to parse
+    async with serving(state) as served:
+        response = await served.post(lists)
+        after = await served.post(tool_call("reminders", {}))
+    assert response.status_code == 400
+    assert f"more than {MAX_CONTAINERS} arrays and objects" in response.json()["error"]["message"]
+    assert after.status_code == 200
+
+
+async def test_a_large_body_is_checked_off_the_event_loop_and_a_small_one_on_it(
+    state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked_in: list[str] = []
+
+    def recording(body: bytes) -> str | None:
+        checked_in.append(threading.current_thread().name)
+        return not_json(body)
+
+    monkeypatch.setattr(http_gate, "not_json", recording)
+    large = tool_call("reply", {"body": "x" * (INLINE_CHECK_BYTES + 1)})
+    async with serving(state) as served:
+        small_answer = await served.post(tool_call("reminders", {}))
+        large_answer = await served.post(large)
+    assert small_answer.status_code == 200 and large_answer.status_code == 200
+    assert checked_in[0] == threading.main_thread().name
+    assert checked_in[1] != threading.main_thread().name
+
+
 async def test_the_sdk_client_with_a_wrong_token_is_refused(state: Path) -> None:
     async with serving(state) as served:
         with pytest.raises(Exception) as caught:
@@ -575,7 +643,7 @@ async def test_connections_that_never_finish_their_head_do_not_starve_the_agent(
     # 64 such connections made every tool call a 503 for as long as they stayed open (uvicorn's
     # limit_concurrency counted them), and each held a file descriptor forever.
     async with serving(state) as served:
-        idle = [await _half_head(served.port) for _ in range(2 * DEFAULT_LIMITS.max_waiting + 8)]
+        idle = [await _half_head(served.port) for _ in range(2 * DEFAULT_LIMITS.max_unadmitted + 8)]
         response = await served.post(tool_call("reminders", {}))
         oldest_cut = await _closed_by_server(idle[0])
         for stream in idle:

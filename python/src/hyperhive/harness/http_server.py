@@ -5,21 +5,36 @@ no 10 Hz tick, a deadline on a request's head), and neither is an API, so any uv
 broken them unseen. Here they are plain code over h11's documented sans-IO API, every connection a task in
 the caller's task group. h11 is what uvicorn parsed with too.
 
-Any local user can connect, token or not, so each connection is bounded:
-- a request's head must arrive whole within `head_timeout` of the connection (or of the previous answer on
-  it), and a kept-alive connection that sends nothing is closed after `keepalive_timeout`;
-- at most `max_waiting` connections wait for a head at once: one more closes the oldest (64 half-sent heads
-  once made every tool call a 503 for as long as they stayed open);
-- at most `max_requests` requests are served at once: one more is answered 503 and its connection closed;
-- an answer the client does not take within `send_timeout` closes the connection.
-A request body's own deadline is the app's to keep (harness/http_gate.py).
+Any local user can connect, token or not. A request passes through phases, each with its deadline, and a
+connection is counted, in every phase, against a bound of its own kind (`Limits`):
 
-Cancelled, it stops accepting at once, closes idle connections, gives requests in flight `stop_grace`
-seconds, then cuts them.
+- the head: it must arrive whole within `head_timeout` of the connection (or of the previous answer on it;
+  a kept-alive connection that sends nothing is closed after `keepalive_timeout`);
+- admission, from the head alone (`admit`: the caller's method and token checks): a refused request is
+  answered at once, its body never waited for nor read (only skipped, briefly, so that the answer is not
+  overtaken by a reset), and the connection closed. So nothing a client without the token sends is parsed
+  beyond its head, and nothing it holds open is counted against the requests of those with it;
+- the body of an admitted request: whole within `body_timeout` of the head (408), at most `max_body`
+  bytes (413, from `Content-Length` before a byte is read, or as it streams);
+- the answer: the app's, within `answer_timeout` of the body (else the request is cut, 503 if nothing was
+  said yet); each write of it taken by the client within `send_timeout`, or the connection is closed.
+
+The bounds on connections: at most `max_unadmitted` that have not had a request admitted (waiting for a
+head, or being refused): one more closes the oldest of them (64 half-sent heads once made every tool call a
+503; 80 whole heads whose bodies never came did it again, while a body's wait was counted against the
+requests); refused ones count apart, as many again, so that heads refused at a high rate never push out a
+connection still sending its head; at most `max_idle` admitted connections kept alive between requests (one
+more closes the oldest); at most `max_requests` admitted requests at once (one more is answered 503). A
+client without the token can fill only the first two pools: the agent's calls, admitted from their head,
+are never queued behind it, and its kept-alive connections are never closed to make room for it.
+
+Cancelled, it stops accepting at once, closes every connection not serving a request, gives requests in
+flight `stop_grace` seconds, then cuts them.
 
 ASGI: the `http` scope (spec 2.3) only; no lifespan (the caller runs what the app needs around `serve_http`),
-no websockets. `http.disconnect` is reported once the answer is complete or the client is gone; nothing reads
-the socket while the app works on a request, so a client leaving mid-request is noticed at the answer.
+no websockets. The app gets the whole body in one `http.request` message (read before it is called), and
+`http.disconnect` once the answer is complete or the client is gone; nothing reads the socket while the app
+works on a request, so a client leaving mid-request is noticed at the answer.
 """
 
 from __future__ import annotations
@@ -48,9 +63,9 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 READ_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # a larger head is answered 431
-# The rest of a body the app did not read (a 413, a 405) is read and dropped before the connection is closed
-# or reused: closing a socket with unread bytes sends the client a reset, which can overtake the answer. On
-# loopback a body on its way arrives in milliseconds; one that does not is not waited for long.
+# The rest of a body not read (a 401, a 405, a 413) is skipped before the connection is closed: closing a
+# socket with unread bytes sends the client a reset, which can overtake the answer. On loopback a body on
+# its way arrives in milliseconds; one that does not is not waited for long.
 DRAIN_BYTES = 1024 * 1024
 DRAIN_TIMEOUT = 1.0
 
@@ -59,14 +74,34 @@ DRAIN_TIMEOUT = 1.0
 class Limits:
     head_timeout: float = 10.0
     keepalive_timeout: float = 5.0
-    body_timeout: float = 10.0  # kept by the app (harness/http_gate.py), here for one place to set them all
+    body_timeout: float = 10.0
+    answer_timeout: float = 60.0
     send_timeout: float = 10.0
-    max_waiting: int = 32
+    max_body: int = 1024 * 1024
+    max_unadmitted: int = 32
+    max_idle: int = 16
     max_requests: int = 64
     stop_grace: float = 2.0
 
 
 DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer given from a request's head alone: its body is not read, and the connection is closed."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ((b"content-type", b"text/plain; charset=utf-8"),)
+
+
+# Admission: what may pass on to the body and the app, judged from the request's ASGI scope (its head).
+Admit = Callable[[Scope], Refusal | None]
+
+
+def admit_all(scope: Scope) -> Refusal | None:
+    return None
 
 
 async def loopback_listener() -> anyio.abc.SocketListener:
@@ -76,9 +111,10 @@ async def loopback_listener() -> anyio.abc.SocketListener:
     return listener
 
 
-async def serve_http(app: App, listener: anyio.abc.SocketListener, limits: Limits) -> None:
-    """Serve `app` on what `listener` accepts until cancelled; closes the listener."""
-    server = _Server(app, limits)
+async def serve_http(app: App, listener: anyio.abc.SocketListener, limits: Limits, admit: Admit = admit_all) -> None:
+    """Serve `app` on what `listener` accepts until cancelled, each request admitted by `admit` from its
+    head first; closes the listener."""
+    server = _Server(app, limits, admit)
     async with anyio.create_task_group() as tg:
         try:
             while True:
@@ -95,15 +131,44 @@ async def serve_http(app: App, listener: anyio.abc.SocketListener, limits: Limit
                 await server.stop()
 
 
+class _Pool:
+    """Connections of one kind, oldest first, at most `cap`: one more closes the oldest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.members: dict[_Connection, None] = {}
+
+    def add(self, conn: _Connection) -> None:
+        self.members[conn] = None
+        while len(self.members) > self.cap:
+            oldest = next(iter(self.members))
+            del self.members[oldest]
+            oldest.scope.cancel()
+
+    def discard(self, conn: _Connection) -> None:
+        self.members.pop(conn, None)
+
+
 class _Server:
-    def __init__(self, app: App, limits: Limits) -> None:
+    def __init__(self, app: App, limits: Limits, admit: Admit) -> None:
         self.app = app
         self.limits = limits
+        self.admit = admit
         self.connections: set[_Connection] = set()
-        self.waiting: dict[_Connection, float] = {}  # connection → when it began waiting for a head
+        self.unadmitted = _Pool(limits.max_unadmitted)
+        self.refused = _Pool(limits.max_unadmitted)
+        self.idle = _Pool(limits.max_idle)
         self.requests = 0
         self.stopping = False
         self._all_closed = anyio.Event()
+
+    def move(self, conn: _Connection, pool: _Pool | None) -> None:
+        """`conn` now counts in `pool` (None: it serves an admitted request, counted in `requests`)."""
+        for each in (self.unadmitted, self.refused, self.idle):
+            if each is not pool:
+                each.discard(conn)
+        if pool is not None:
+            pool.add(conn)
 
     async def connection(self, stream: anyio.abc.SocketStream) -> None:
         with contextlib.suppress(OSError):
@@ -113,39 +178,28 @@ class _Server:
         conn = _Connection(self, stream)
         self.connections.add(conn)
         try:
-            # Shielded: the caller's cancellation reaches a connection through `stop`, after the grace.
+            # Shielded: the caller's cancellation reaches a connection through `stop`, after the grace; a pool
+            # closes one by cancelling this scope.
             with conn.scope:
-                await conn.run()
+                if not self.stopping:
+                    self.move(conn, self.unadmitted)
+                    await conn.run()
         except Exception:  # a bug here must cost one connection, not the service
             log.exception("an HTTP connection failed")
         finally:
-            self.end_wait(conn)
+            self.move(conn, None)
             self.connections.discard(conn)
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
             if self.stopping and not self.connections:
                 self._all_closed.set()
 
-    def begin_wait(self, conn: _Connection, scope: anyio.CancelScope) -> None:
-        """`conn` waits for a head under `scope`; cancelling the scope closes the connection."""
-        if self.stopping:
-            scope.cancel()
-            return
-        while len(self.waiting) >= self.limits.max_waiting:
-            oldest = min(self.waiting, key=self.waiting.__getitem__)
-            self.end_wait(oldest)
-            oldest.close_waiting()
-        self.waiting[conn] = anyio.current_time()
-        conn.wait_scope = scope
-
-    def end_wait(self, conn: _Connection) -> None:
-        self.waiting.pop(conn, None)
-
     async def stop(self) -> None:
         self.stopping = True
-        for conn in list(self.waiting):
-            self.end_wait(conn)
-            conn.close_waiting()
+        for pool in (self.unadmitted, self.refused, self.idle):
+            for conn in list(pool.members):
+                pool.discard(conn)
+                conn.scope.cancel()
         if not self.connections:
             return
         grace = self.limits.stop_grace
@@ -166,7 +220,6 @@ class _Connection:
         self.stream = stream
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.scope = anyio.CancelScope(shield=True)
-        self.wait_scope: anyio.CancelScope | None = None
         sock = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         try:
             self.names = (sock.getsockname()[:2], sock.getpeername()[:2])
@@ -176,24 +229,21 @@ class _Connection:
         self.lost = False  # the client is gone, or did not take an answer in time
 
     async def run(self) -> None:
-        while not self.server.stopping:
+        server = self.server
+        while not server.stopping:
             request = await self._next_head()
             if request is None or not await self._answer(request):
                 return
             self.h11.start_next_cycle()
             self.answered = True
-
-    def close_waiting(self) -> None:
-        if self.wait_scope is not None:
-            self.wait_scope.cancel()
+            server.move(self, server.idle)
 
     async def _next_head(self) -> h11.Request | None:
-        """The next request's head; None when the client closed, was too slow, or was closed to make room."""
+        """The next request's head; None when the client closed or was too slow."""
         now = anyio.current_time()
         head_deadline = now + self.limits.head_timeout
         first_byte = min(now + self.limits.keepalive_timeout, head_deadline) if self.answered else head_deadline
         with anyio.CancelScope(deadline=first_byte) as wait:
-            self.server.begin_wait(self, wait)
             try:
                 while True:
                     event = self.h11.next_event()
@@ -206,42 +256,95 @@ class _Connection:
                 with anyio.CancelScope(shield=True):
                     await self.plain(exc.error_status_hint, f"bad request: {exc}\n")
                 return None
-            finally:
-                self.server.end_wait(self)
-                self.wait_scope = None
         return None
 
     async def _answer(self, request: h11.Request) -> bool:
         """Serve one request; whether the connection may carry another."""
-        server = self.server
-        if server.requests >= self.limits.max_requests:
-            await self.plain(503, "too many requests at once; try again\n")
-            await self._drain()
+        server, limits = self.server, self.limits
+        scope = _scope(self, request)
+        refusal = server.admit(scope)
+        if refusal is None and _declared_length(request) > limits.max_body:
+            refusal = _text(413, f"request body larger than {limits.max_body} bytes\n")
+        if refusal is None and server.requests >= limits.max_requests:
+            refusal = _text(503, "too many requests at once; try again\n")
+        if refusal is not None:
+            server.move(self, server.refused)
+            await self.refuse(refusal)
             return False
+        server.move(self, None)
         server.requests += 1
-        exchange = _Exchange(self, request)
         try:
-            await server.app(exchange.scope, exchange.receive, exchange.send)
-        except Exception:
-            log.exception("the HTTP app failed on %s %s", request.method.decode(), request.target.decode())
-            if exchange.started:
-                self.lost = True  # half an answer: the connection cannot be trusted to carry another
+            body = await self._body()
+            if body is None:
+                return False
+            exchange = _Exchange(self, scope, body)
+            with anyio.move_on_after(limits.answer_timeout) as answering:
+                try:
+                    await server.app(exchange.scope, exchange.receive, exchange.send)
+                except Exception:
+                    log.exception("the HTTP app failed on %s %s", scope["method"], request.target.decode())
+                    if exchange.started:
+                        self.lost = True  # half an answer: the connection cannot be trusted to carry another
+            exchange.finish()
         finally:
             server.requests -= 1
-            exchange.finish()
+        if answering.cancelled_caught:
+            log.warning(
+                "the HTTP app did not answer %s %s within %g s: the request is cut",
+                scope["method"],
+                scope["path"],
+                limits.answer_timeout,
+            )
+            if exchange.started:
+                self.lost = True
+            else:
+                await self.plain(503, f"no answer within {limits.answer_timeout:g} s; try again\n")
+            return False
         if not exchange.started and not self.lost:
             await self.plain(500, "internal server error\n")
             exchange.complete = True
         if not exchange.complete or self.lost:
             return False
-        if self.h11.their_state is h11.SEND_BODY:
-            await self._drain()
         return not server.stopping and self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
 
-    async def _drain(self) -> None:
+    async def _body(self) -> bytes | None:
+        """The admitted request's whole body, within its deadline and bound; None when the connection cannot
+        go on (the client left, or it was answered 400, 408 or 413 here)."""
+        limits = self.limits
+        if self.h11.they_are_waiting_for_100_continue:
+            await self.write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        chunks: list[bytes] = []
+        size = 0
+        with anyio.move_on_after(limits.body_timeout):
+            while not self.lost:
+                try:
+                    event = self.h11.next_event()
+                except h11.RemoteProtocolError as exc:  # a malformed chunk, or cut off mid-body
+                    await self.refuse(_text(400, f"bad request body: {exc}\n"))
+                    return None
+                if event is h11.NEED_DATA:
+                    if not await self.read():
+                        self.lost = True
+                elif isinstance(event, h11.Data):
+                    size += len(event.data)
+                    if size > limits.max_body:
+                        await self.refuse(_text(413, f"request body larger than {limits.max_body} bytes\n"))
+                        return None
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    return b"".join(chunks)
+                else:
+                    self.lost = True
+            return None
+        await self.plain(408, f"the request body did not arrive within {limits.body_timeout:g} s\n")
+        return None
+
+    async def refuse(self, refusal: Refusal) -> None:
+        """Answer `refusal`, then skip what the client still sends of the body (bounded) before closing."""
+        await self.plain(refusal.status, refusal.body, refusal.headers)
         left = DRAIN_BYTES
         with anyio.move_on_after(DRAIN_TIMEOUT):
-            while self.h11.their_state is h11.SEND_BODY and left > 0:
+            while self.h11.their_state is h11.SEND_BODY and left > 0 and not self.lost:
                 try:
                     event = self.h11.next_event()
                 except h11.RemoteProtocolError:
@@ -274,16 +377,18 @@ class _Connection:
         if deadline.cancelled_caught:
             self.lost = True
 
-    async def plain(self, status: int, text: str) -> None:
+    async def plain(
+        self, status: int, text: str | bytes, headers: tuple[tuple[bytes, bytes], ...] | None = None
+    ) -> None:
         """A short answer of the server's own, after which the connection is closed."""
-        body = text.encode()
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
+        body = text.encode() if isinstance(text, str) else text
+        head = [
+            *(headers if headers is not None else _text(status, "").headers),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
         ]
         try:
-            data = self.h11.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            data = self.h11.send(h11.Response(status_code=status, headers=head, reason=_reason(status)))
             data = (data or b"") + (self.h11.send(h11.Data(data=body)) or b"")
             data += self.h11.send(h11.EndOfMessage()) or b""
         except h11.LocalProtocolError:  # an answer is under way already: nothing more can be said
@@ -292,58 +397,57 @@ class _Connection:
         await self.write(data)
 
 
-class _Exchange:
-    """One request and its answer, as the app sees them (`receive`, `send`)."""
+def _text(status: int, text: str) -> Refusal:
+    return Refusal(status, text.encode())
 
-    def __init__(self, conn: _Connection, request: h11.Request) -> None:
+
+def _declared_length(request: h11.Request) -> int:
+    """The body's length as its head declares it (0 when chunked or absent; h11 refused a malformed one)."""
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)
+    return 0
+
+
+def _scope(conn: _Connection, request: h11.Request) -> Scope:
+    path, _, query = request.target.partition(b"?")
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": request.http_version.decode(),
+        "server": conn.names[0],
+        "client": conn.names[1],
+        "scheme": "http",
+        "method": request.method.decode(),
+        "root_path": "",
+        "path": unquote(path.decode("ascii")),
+        "raw_path": path,
+        "query_string": query,
+        "headers": [(name, value) for name, value in request.headers],  # names lowercased by h11
+    }
+
+
+class _Exchange:
+    """One request and its answer, as the app sees them (`receive`, `send`); the body is read already."""
+
+    def __init__(self, conn: _Connection, scope: Scope, body: bytes) -> None:
         self.conn = conn
-        path, _, query = request.target.partition(b"?")
-        self.scope: Scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": request.http_version.decode(),
-            "server": conn.names[0],
-            "client": conn.names[1],
-            "scheme": "http",
-            "method": request.method.decode(),
-            "root_path": "",
-            "path": unquote(path.decode("ascii")),
-            "raw_path": path,
-            "query_string": query,
-            "headers": [(name, value) for name, value in request.headers],  # names lowercased by h11
-        }
+        self.scope = scope
         self.started = False  # http.response.start received
         self.complete = False  # the whole answer is written
         self._head: h11.Response | None = None
-        self._body_read = False
+        self._body: bytes | None = body
         self._over = anyio.Event()  # answered, failed or the client gone: `receive` says disconnect
 
     def finish(self) -> None:
         self._over.set()
 
     async def receive(self) -> Message:
-        conn = self.conn
-        if self._body_read or conn.lost:
-            await self._over.wait()
-            return {"type": "http.disconnect"}
-        if conn.h11.they_are_waiting_for_100_continue:
-            await conn.write(conn.h11.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
-        while True:
-            try:
-                event = conn.h11.next_event()
-            except h11.RemoteProtocolError:  # cut off mid-body, or a malformed chunk
-                event = h11.ConnectionClosed()
-            if event is h11.NEED_DATA:
-                await conn.read()
-            elif isinstance(event, h11.Data):
-                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
-            elif isinstance(event, h11.EndOfMessage):
-                self._body_read = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            else:
-                conn.lost = True
-                self._over.set()
-                return {"type": "http.disconnect"}
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self._over.wait()
+        return {"type": "http.disconnect"}
 
     async def send(self, message: Message) -> None:
         conn = self.conn

@@ -8,13 +8,15 @@ builds that entry.
 The `mcp` SDK's server does the protocol: FastMCP in stateless JSON mode (every POST is answered on its
 own, no session to lose when the service restarts), its `TokenVerifier` for the token and its
 `TransportSecuritySettings` for the DNS-rebinding checks on `Host` and `Origin`. In front of it the gate
-(harness/http_gate.py: POST only, bounded bodies in time, JSON), and under it our own HTTP server
-(harness/http_server.py), inside the caller's task group: no signal handlers (the service owns signals), no
-housekeeping tick (an idle service sleeps), every connection bounded.
+(harness/http_gate.py: POST and the token checked from the head, before any body is read; then JSON only),
+and under it our own HTTP server (harness/http_server.py), inside the caller's task group: no signal
+handlers (the service owns signals), no housekeeping tick (an idle service sleeps), every connection and
+every phase of a request bounded, those without the token apart from the agent's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import os
@@ -34,7 +36,7 @@ from hyperhive.harness.http_files import (
     remove_endpoint,
     write_endpoint,
 )
-from hyperhive.harness.http_gate import PostOnly
+from hyperhive.harness.http_gate import Admission, JsonBodies
 from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits, loopback_listener, serve_http
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.own_tools import INSTRUCTIONS, OwnToolsServer, add_tools
@@ -99,7 +101,8 @@ class HyperhiveTools:
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         url = f"http://127.0.0.1:{port}{MCP_PATH}"
         mcp = self._build(port)
-        app = PostOnly(mcp.streamable_http_app(), MAX_REQUEST_BYTES, self.limits.body_timeout)
+        app = JsonBodies(mcp.streamable_http_app())
+        limits = dataclasses.replace(self.limits, max_body=MAX_REQUEST_BYTES)
         endpoint = Endpoint(url=url, pid=os.getpid())
         try:
             async with mcp.session_manager.run():
@@ -107,7 +110,7 @@ class HyperhiveTools:
                 self.url = url
                 log.info("hyperhive's tools at %s", url)
                 task_status.started(url)
-                await serve_http(app, listener, self.limits)
+                await serve_http(app, listener, limits, Admission(self.token))
         finally:
             self.url = None
             remove_endpoint(self.state_dir, endpoint)
