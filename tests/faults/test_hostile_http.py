@@ -191,7 +191,7 @@ def test_heads_without_bodies_from_anyone_leave_the_agents_calls_served_and_its_
         "a 100-byte body and never send it, starting again at each answer; meanwhile 25 calls of the agent's "
         "and a real agent's turn that replies in the middle of it",
         "the token is checked from the head, before any body is waited for: the heads get 401 at once and "
-        "count against the cap of connections not yet authenticated, never against the agent's; every agent "
+        "count only against the bounds of connections never admitted, never against the agent's; every agent "
         f"call served within {CALL_BOUND_S:g} s; the agent's reply reaches the outbox and only then is its "
         f"wake delivered; ping and status answered throughout, 95% within {STATUS_BOUND_S * 1000:.0f} ms and none "
         f"over {WORST_BOUND_S:g} s; descriptors bounded",
