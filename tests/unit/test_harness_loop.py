@@ -20,7 +20,7 @@ from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import SystemdNotifier
 from hyperhive.harness.prompt import build_prompt
 from hyperhive.harness.records import Records, TurnEnd
-from hyperhive.harness.replies import REPLY_TOOL
+from hyperhive.harness.replies import MAX_BODY_BYTES, REPLY_TOOL
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, TurnError, Unsupported
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, ContextUsage, ResultLine, ToolUseBlock
@@ -157,45 +157,36 @@ async def test_a_failed_turn_leaves_its_wake_waiting_then_a_later_turn_delivers_
 
 
 class ReplyingRuntime(FakeRuntime):
-    """Each turn calls `reply` as many times as `calls` says (a tool_use block in its stream), then does to the
-    loop's tally of the turn what the tools would have done with the calls (`tools`), then ends the turn."""
+    """Each turn calls `reply` with the bodies it names (tool_use blocks in its stream), and the tools store
+    those it names as stored (telling the loop's record of the turn, as harness/own_tools.py does)."""
 
-    def __init__(self, turns: list[tuple[int, Callable[[Any], None]]]) -> None:
+    def __init__(self, turns: list[tuple[list[Any], list[str]]]) -> None:
         super().__init__()
         self.turns = iter(turns)
         self.loop: TurnLoop | None = None
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
-        calls, tools = next(self.turns)
-        blocks = [ToolUseBlock(id=f"call-{i}", name=REPLY_TOOL, input={"body": "hi"}) for i in range(calls)]
+        sent, stored = next(self.turns)
+        blocks = [ToolUseBlock(id=f"call-{i}", name=REPLY_TOOL, input={"body": b}) for i, b in enumerate(sent)]
         if blocks:
             await sink.emit(AssistantLine(message=AssistantBody(content=list(blocks))))
         assert self.loop is not None and self.loop.replies is not None
-        tools(self.loop.replies)
+        for body in stored:
+            self.loop.replies.stored(body)
         return await super().run(prompt, sink)
-
-
-def _reached(stored: int = 0, refused: int = 0, not_stored: int = 0) -> Callable[[Any], None]:
-    def tools(replies: Any) -> None:
-        replies.reached += stored + refused + not_stored
-        replies.stored += stored
-        replies.not_stored += not_stored
-
-    return tools
 
 
 @pytest.mark.parametrize(
     ("first", "why"),
     [
-        ((1, _reached()), "the call never reached the tools (a 503, a deadline)"),
-        ((1, _reached(not_stored=1)), "the tools could not store it (a locked database)"),
-        ((2, _reached(stored=1)), "one of two calls never reached the tools"),
+        ((["done"], []), "the call never reached the tools (a 503, a deadline), or they could not store it"),
+        ((["one", "two"], ["one"]), "one of two replies never reached the outbox"),
     ],
 )
 async def test_a_turn_whose_reply_did_not_reach_the_outbox_is_not_answered_and_its_wake_is_carried_again(
-    tmp_path: Path, first: tuple[int, Callable[[Any], None]], why: str
+    tmp_path: Path, first: tuple[list[Any], list[str]], why: str
 ) -> None:
-    runtime = ReplyingRuntime([first, (1, _reached(stored=1))])
+    runtime = ReplyingRuntime([first, (["done"], ["done"])])
     async with running_loop(tmp_path, runtime) as (loop, records):
         runtime.loop = loop
         wake = records.add_wake("operator", "tell me")
@@ -210,15 +201,15 @@ async def test_a_turn_whose_reply_did_not_reach_the_outbox_is_not_answered_and_i
 @pytest.mark.parametrize(
     ("turn", "why"),
     [
-        ((0, _reached()), "no reply at all: a wake may need none"),
-        ((1, _reached(stored=1)), "the reply was stored"),
-        ((2, _reached(stored=1, refused=1)), "refused for its arguments (the agent was told why), then stored"),
-        ((1, _reached(refused=1)), "refused for its arguments only: the agent's to fix, not lost"),
-        ((0, _reached(stored=1)), "a reply whose call the stream does not name as ours"),
+        (([], []), "no reply at all: a wake may need none"),
+        ((["done"], ["done"]), "the reply was stored"),
+        ((["done", "done"], ["done"]), "a reply that failed, made again with the same body and stored"),
+        ((["", " ", None, 5, "x" * (MAX_BODY_BYTES + 1)], []), "refused for what they carry: the agent's to fix"),
+        (([], ["done"]), "a reply whose call the stream does not name as ours"),
     ],
 )
 async def test_a_turn_whose_replies_were_all_stored_or_refused_is_answered(
-    tmp_path: Path, turn: tuple[int, Callable[[Any], None]], why: str
+    tmp_path: Path, turn: tuple[list[Any], list[str]], why: str
 ) -> None:
     runtime = ReplyingRuntime([turn])
     async with running_loop(tmp_path, runtime) as (loop, records):

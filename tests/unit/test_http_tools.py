@@ -34,10 +34,10 @@ from hyperhive.harness.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hype
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.notify import Doorbell
-from hyperhive.harness.own_tools import MAX_BODY_BYTES
 from hyperhive.harness.records import AGENT, TIMER, Records
-from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies
+from hyperhive.harness.replies import HYPERHIVE_SERVER, MAX_BODY_BYTES, REPLY_TOOL, TurnReplies
 from hyperhive.mcp_servers import McpServers
+from hyperhive.runtime.stream import AssistantBody, AssistantLine, ToolUseBlock
 from hyperhive.statedir import StateDir
 from hyperhive.store.database import Store
 
@@ -183,25 +183,23 @@ async def test_reply_lands_in_the_outbox_with_the_turn_in_flight(state: Path) ->
     assert served.scheduled == []  # a reply schedules nothing
 
 
-async def test_the_turn_in_flight_is_told_what_became_of_each_reply_call(state: Path) -> None:
-    # A reply counts once it is stored (harness/replies.py): the tools count the calls that reach them, those
-    # they store, and those they could not store; a call refused for its arguments is only `reached`.
+async def test_a_reply_is_told_to_the_turn_in_flight_once_stored_and_only_then(state: Path) -> None:
+    # What the agent's stream says it sent (the loop's sink); then what the tools did with it.
     store = Store(state / "hyperhive.db")
+    turn = TurnReplies(3)
+    sent = ["stored", "the database is gone"]
+    blocks = [ToolUseBlock(id=f"c{i}", name=REPLY_TOOL, input={"body": b}) for i, b in enumerate(sent)]
+    await turn.emit(AssistantLine(message=AssistantBody(content=list(blocks))))
     async with serving(state, store) as served, served.session() as session:
-        turn = served.turn = TurnReplies(3)
-        stored = await session.call_tool("reply", {"body": "stored"})
-        counts = [(turn.reached, turn.stored, turn.not_stored)]
-        for refused in ({"body": " "}, {}, {"body": 5}):  # ours, then the SDK's, argument checks
-            assert (await session.call_tool("reply", refused)).isError
-        counts.append((turn.reached, turn.stored, turn.not_stored))
-        await session.call_tool("reminders", {})  # not a reply
+        served.turn = turn
+        lost = [turn.lost()]
+        assert not (await session.call_tool("reply", {"body": "stored"})).isError
+        lost.append(turn.lost())
         store.close()
-        failed = await session.call_tool("reply", {"body": "the database is gone"})
-        counts.append((turn.reached, turn.stored, turn.not_stored))
-        served.turn = None
-        between = await session.call_tool("reply", {"body": "between turns"})
-    assert not stored.isError and failed.isError and between.isError
-    assert counts == [(1, 1, 0), (4, 1, 0), (5, 1, 1)]
+        assert (await session.call_tool("reply", {"body": "the database is gone"})).isError
+        lost.append(turn.lost())
+    assert lost == [2, 1, 1]
+    assert "did not reach the outbox" in (turn.problem() or "")
 
 
 async def test_remind_stores_a_timer_wake_and_rearms_the_loop(state: Path) -> None:

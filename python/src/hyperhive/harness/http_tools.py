@@ -22,11 +22,13 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 
 from hyperhive.harness.http_files import (
@@ -39,14 +41,14 @@ from hyperhive.harness.http_files import (
 from hyperhive.harness.http_gate import Admission, JsonBodies
 from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits, loopback_listener, serve_http
 from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.own_tools import INSTRUCTIONS, OwnToolsServer, add_tools
+from hyperhive.harness.own_tools import INSTRUCTIONS, add_tools
 from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies
 from hyperhive.mcp_servers import HttpServer
 
 log = logging.getLogger("hyperhive.harness.http")
 
 MCP_PATH = "/mcp"
-# A whole HTTP request: a 64 KiB body (own_tools.MAX_BODY_BYTES) JSON-escaped (\uXXXX) is at most 6x that,
+# A whole HTTP request: a 64 KiB body (replies.MAX_BODY_BYTES) JSON-escaped (\uXXXX) is at most 6x that,
 # plus the envelope.
 MAX_REQUEST_BYTES = 512 * 1024
 
@@ -60,8 +62,8 @@ class HyperhiveTools:
     """hyperhive's own MCP tools, served over HTTP on loopback for the agent.
 
     Every row goes through `inbox`, which also re-arms the turn loop after a reminder is set or cancelled and
-    announces a reply. `in_flight()` is the turn in flight's count of replies (harness/replies.py): a reply
-    is recorded with its turn, and the turn told what became of each reply call. The token is loaded
+    announces a reply. `in_flight()` is the turn in flight's replies (harness/replies.py): a reply is recorded
+    with its turn, and the turn told of it once stored. The token is loaded
     (or created) here, so a bad token file stops the service at start. `limits` bound the HTTP side (slow and
     idle clients, shutdown; harness/http_server.py).
     """
@@ -117,10 +119,10 @@ class HyperhiveTools:
             with anyio.CancelScope(shield=True):
                 await listener.aclose()
 
-    def _build(self, port: int) -> OwnToolsServer:
+    def _build(self, port: int) -> FastMCP[Any]:
         base = f"http://127.0.0.1:{port}"
         loopback = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
-        mcp = OwnToolsServer(
+        mcp: FastMCP[Any] = FastMCP(
             HYPERHIVE_SERVER,
             instructions=INSTRUCTIONS,
             token_verifier=_BearerToken(self.token),
@@ -138,9 +140,8 @@ class HyperhiveTools:
                 allowed_origins=[f"http://{h}" for h in loopback],
             ),
             log_level="WARNING",
-            in_flight=self.in_flight,
         )
-        add_tools(mcp, self.inbox)
+        add_tools(mcp, self.inbox, self.in_flight)
         return mcp
 
 

@@ -84,7 +84,7 @@ class TurnLoop:
         self.notifier = notifier
         self.policy = policy or LoopPolicy()
         self.current_turn: int | None = None
-        # The turn in flight's replies, which the tools tell what became of the calls that reached them.
+        # The turn in flight's replies: what its stream sent, and what the tools stored (harness/replies.py).
         self.replies: TurnReplies | None = None
         self.state = "starting"
         self.failures = 0

@@ -3,9 +3,8 @@
 What the model reads (descriptions, argument schemas), the checks of the arguments, and the handlers, which
 store and read through the service's `Inbox` (harness/inbox.py): off the event loop, with the doorbell rung
 and the live feed told there. A wrong argument or a failed store is a `ToolError`: the SDK answers it as the
-tool's result with `isError`, which the agent reads. harness/http_tools.py serves them, through
-`OwnToolsServer`, which with `reply` tells the turn in flight what became of each reply call
-(harness/replies.py: a reply counts once it is stored).
+tool's result with `isError`, which the agent reads. harness/http_tools.py serves them. A stored reply is
+told to the turn in flight (harness/replies.py: a reply counts once it is stored).
 """
 
 from __future__ import annotations
@@ -14,24 +13,23 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import ContentBlock, ToolAnnotations
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hyperhive.errors import StoreError
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.records import AGENT
-from hyperhive.harness.replies import REPLY, TurnReplies
+from hyperhive.harness.replies import MAX_BODY_BYTES, REPLY, TurnReplies, body_problem
 
 log = logging.getLogger("hyperhive.harness.http")
 _T = TypeVar("_T")
 
-MAX_BODY_BYTES = 64 * 1024  # a reply's or reminder's body, UTF-8
 MAX_REMIND_SECS = 30 * 24 * 3600
 LIST_LIMIT = 100  # reminders() shows at most this many
 EXCERPT_CHARS = 200
@@ -78,38 +76,15 @@ ReminderId = Annotated[int, Field(description="the reminder's id, as remind or r
 # -- the tools -------------------------------------------------------------------------------------------
 
 
-class OwnToolsServer(FastMCP[Any]):
-    """The SDK's FastMCP, telling the turn in flight (`in_flight()`) of each `reply` call that reaches it.
-
-    Counted on arrival, before the SDK checks the arguments: a call refused for them (a missing `body`, a
-    number for it) was answered with the reason, which the agent can act on, and is no lost reply.
-    """
-
-    def __init__(self, *args: Any, in_flight: Callable[[], TurnReplies | None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_flight = in_flight
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[ContentBlock] | dict[str, Any]:
-        turn = self.in_flight() if name == REPLY else None
-        if turn is not None:
-            turn.reached += 1
-        return await super().call_tool(name, arguments)
-
-
-def add_tools(mcp: OwnToolsServer, inbox: Inbox) -> None:
-    """Add the four tools to `mcp`; its `in_flight()` names the turn in flight, recorded with a reply."""
+def add_tools(mcp: FastMCP[Any], inbox: Inbox, in_flight: Callable[[], TurnReplies | None]) -> None:
+    """Add the four tools to `mcp`; `in_flight()` is the turn in flight, recorded with a reply and told of it."""
 
     async def reply(body: Body) -> str:
         text = _check_body(body)
-        turn = mcp.in_flight()
-        try:
-            row = await _stored("the reply", inbox.add_outbox(AGENT, text, turn.turn_id if turn else None))
-        except ToolError:
-            if turn is not None:
-                turn.not_stored += 1
-            raise
+        turn = in_flight()
+        row = await _stored("the reply", inbox.add_outbox(AGENT, text, turn.turn_id if turn else None))
         if turn is not None:
-            turn.stored += 1  # counted once the row is committed, and only then
+            turn.stored(text)  # once the row is committed, and only then
         return f"reply stored in the operator's outbox (id {row.id})"
 
     async def remind(after_secs: AfterSecs, body: Body) -> str:
@@ -154,14 +129,9 @@ def add_tools(mcp: OwnToolsServer, inbox: Inbox) -> None:
 
 
 def _check_body(body: str) -> str:
-    if not body.strip():
-        raise ToolError("body is empty: give the text to send")
-    size = len(body.encode("utf-8", errors="surrogatepass"))
-    if size > MAX_BODY_BYTES:
-        raise ToolError(
-            f"body is {size} bytes; the limit is {MAX_BODY_BYTES} ({MAX_BODY_BYTES // 1024} KiB): "
-            "write the content to a file and send its path"
-        )
+    problem = body_problem(body)
+    if problem is not None:
+        raise ToolError(problem)
     return body
 
 
