@@ -6,13 +6,12 @@ Two halves, one for each phase of harness/http_server.py:
   never sends anything unasked, so the optional GET stream would only idle (and hold shutdown up) and
   DELETE has no session to end: both get 405, which clients take as "no stream". A request without the
   token gets 401 (worded as the SDK's own check words it) before its body is waited for or read. Checked
-  after the body, as the SDK does it, the token let anyone hold the agent's request slots with heads whose
-  bodies never came (80 such connections left 0 of 25 tool calls served), and have bodies of 174,000 empty
-  lists parsed on the event loop (`status` took a second): issue 16, items 2 and 3.
+  after the body, as the SDK checks it, the token would let anyone hold the agent's request slots with
+  heads whose bodies never come, and have costly bodies parsed on the event loop.
 - `JsonBodies`, around the SDK's app, for an admitted request's body (whole, within its bound and deadline:
   the server's): one JSON document in UTF-8, nested no deeper than jsontext's limit, holding at most
   `MAX_CONTAINERS` arrays and objects, counted before anything is parsed (jsontext.containers): parsing
-  174,000 empty lists cost the service a third of a second of garbage collection, and the SDK parses and
+  174,000 empty lists costs the service a third of a second of garbage collection, and the SDK parses and
   validates the body again, on the event loop; no message of ours comes near the bound. A body over
   `INLINE_CHECK_BYTES` is checked on a worker thread, where the Python part of the check shares the
   interpreter with the event loop instead of holding it (its C parts, the count and `json.loads`, hold it

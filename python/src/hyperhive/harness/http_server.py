@@ -20,13 +20,13 @@ connection is counted, in every phase, against a bound of its own kind (`Limits`
   said yet); each write of it taken by the client within `send_timeout`, or the connection is closed.
 
 The bounds on connections: at most `max_unadmitted` that have not had a request admitted (waiting for a
-head, or being refused): one more closes the oldest of them (64 half-sent heads once made every tool call a
-503; 80 whole heads whose bodies never came did it again, while a body's wait was counted against the
-requests); refused ones count apart, as many again, so that heads refused at a high rate never push out a
-connection still sending its head; at most `max_idle` admitted connections kept alive between requests (one
-more closes the oldest); at most `max_requests` admitted requests at once (one more is answered 503). A
-client without the token can fill only the first two pools: the agent's calls, admitted from their head,
-are never queued behind it, and its kept-alive connections are never closed to make room for it.
+head, or being refused): one more closes the oldest of them, so that half-sent heads, or whole ones whose
+bodies never come, cannot pile up nor take the places of admitted requests; refused ones count apart, as
+many again, so that heads refused at a high rate never push out a connection still sending its head; at
+most `max_idle` admitted connections kept alive between requests (one more closes the oldest); at most
+`max_requests` admitted requests at once (one more is answered 503). A client without the token can fill
+only the first two pools: the agent's calls, admitted from their head, are never queued behind it, and its
+kept-alive connections are never closed to make room for it.
 
 Cancelled, it stops accepting at once, closes every connection not serving a request, gives requests in
 flight `stop_grace` seconds, then cuts them.

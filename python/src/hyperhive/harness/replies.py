@@ -3,8 +3,8 @@
 A turn the agent ends normally is `answered`, and that delivers its wakes. Yet an agent whose `reply` failed
 on the way (its call answered 503 by a crowded server, cut by a deadline, or refused by a database another
 process held locked) is told so, and may end its turn all the same, as the demo agent does and a model
-with nothing else to try does: the turn used to end answered, its wakes delivered, and nothing reached the
-outbox (issue 16). The operator's message was lost in all but name.
+with nothing else to try does: taken for answered, that turn would deliver its wakes with nothing in the
+outbox, the operator's message lost in all but name.
 
 So the loop holds each turn's replies to the outbox: the agent's stream names the `reply` calls it made
 and what each carried (its `tool_use` blocks named `mcp__hyperhive__reply`), and the tools say which bodies
