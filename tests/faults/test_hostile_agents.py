@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import Record, soak
-from tests.unit.harness_service import Service, running_service
-from tests.unit.test_acp_harness import alive
+from tests.process.acp_harness import alive
+from tests.process.harness_service import Service, running_service
 
 AGENT = Path(__file__).with_name("hostile_agent.py")
 # The service idles at about 65 MiB (the mcp SDK, uvicorn, pydantic); a hostile agent may add this much.

@@ -154,7 +154,7 @@ def test_pytest_check_source_is_what_the_suite_needs(flake: tuple[Path, Path], s
     path = nix_eval(flake, "checks.x86_64-linux.pytest", 'c: "${c.src}"')
     expected = tracked("python/pyproject.toml", "python/src", "tests", "nix/tests/start_task.py", "pytest.ini")
     assert store_files(path) == expected
-    assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_cgroups.py"} <= expected
+    assert {"pytest.ini", "tests/conftest.py", "tests/process/test_cgroups.py"} <= expected
 
 
 def test_pytest_check_has_the_tools_the_suite_runs(flake: tuple[Path, Path]) -> None:

@@ -34,7 +34,7 @@ from hyperhive.runtime.stream import (
     text_of,
 )
 from hyperhive.store import Store
-from tests.unit import fake_claude
+from tests.process import fake_claude
 
 pytestmark = pytest.mark.anyio
 

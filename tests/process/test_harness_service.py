@@ -15,8 +15,8 @@ import pytest
 
 from hyperhive.harness.control import ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store import Store
-from tests.unit.bash_client import bash_server
-from tests.unit.harness_service import run_cli, running_service, service_env, start_service
+from tests.process.bash_client import bash_server
+from tests.process.harness_service import run_cli, running_service, service_env, start_service
 
 
 def last_outcome(service_status: dict[str, object]) -> str | None:

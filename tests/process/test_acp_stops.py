@@ -26,7 +26,7 @@ from hyperhive.runtime.errors import (
 )
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.store import Store
-from tests.unit.test_acp_harness import Harness, acp_runtime, alive, make_config, texts
+from tests.process.acp_harness import Harness, acp_runtime, alive, make_config, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -21,7 +21,7 @@ from hyperhive.config import load_config
 from hyperhive.errors import EXIT_STATE, StoreError, StoreUnavailable
 from hyperhive.store import SCHEMA_VERSION, Store
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.bash_client import server_env
+from tests.process.bash_client import server_env
 
 ROOT = os.geteuid() == 0
 

@@ -28,8 +28,8 @@ from hyperhive.procs.group import group_alive, process_start
 from hyperhive.store import Store, TaskRow
 from hyperhive.tasks import engine as engine_module
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.harness_service import running_service
-from tests.unit.test_engine_hardening import gone_pid
+from tests.process.harness_service import running_service
+from tests.process.test_engine_hardening import gone_pid
 
 HOST_STOPPED = "interrupted: the process hosting the task stopped"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperhive.control.wire import call
-from tests.unit.harness_service import running_service
+from tests.process.harness_service import running_service
 
 
 def test_ping_and_status_answer_while_a_send_waits_for_a_database_locked_by_another_process(tmp_path: Path) -> None:
