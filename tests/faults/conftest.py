@@ -63,8 +63,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not _ROWS:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller writes every worker's rows
+        workeroutput[reliability.WORKER_OUTPUT] = reliability.to_worker_output(_ROWS)
         return
-    reliability.write_results(_ROWS)
-    if os.environ.get("HIVE_RELIABILITY_DOC") == "1":
-        reliability.write_doc(_ROWS)
+    reliability.finish(_ROWS)

@@ -30,8 +30,33 @@ class Row:
     result: str
 
 
+# Under pytest-xdist each worker hands its rows to the controller under this key (its `workeroutput`),
+# and the controller writes them all once (tests/conftest.py): workers writing the file would overwrite
+# each other's rows.
+WORKER_OUTPUT = "reliability_rows"
+
+
 def write_results(rows: list[Row]) -> None:
     RESULTS.write_text(json.dumps([asdict(r) for r in rows], indent=1, ensure_ascii=False) + "\n")
+
+
+def finish(rows: list[Row]) -> None:
+    """At the end of a session: results.json, and with HIVE_RELIABILITY_DOC=1 the doc's table."""
+    if not rows:
+        return
+    write_results(rows)
+    if os.environ.get("HIVE_RELIABILITY_DOC") == "1":
+        write_doc(rows)
+
+
+def to_worker_output(rows: list[Row]) -> list[dict[str, str]]:
+    return [asdict(r) for r in rows]
+
+
+def from_worker_output(output: dict[str, object]) -> list[Row]:
+    raw = output.get(WORKER_OUTPUT, [])
+    assert isinstance(raw, list)
+    return [Row(**r) for r in raw]
 
 
 def _cell(text: str) -> str:

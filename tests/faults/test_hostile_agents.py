@@ -39,7 +39,8 @@ STATUS_BOUND_S = 1.0
 # The whole `hyperhive status --json` process: interpreter start and imports included, on a shared machine.
 CLI_STATUS_BOUND_S = 5.0
 
-pytestmark = pytest.mark.timeout(120)
+# Each test bounds `status` (STATUS_BOUND_S) while its agent floods the service: run alone in CI (serial).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 
 # -- measuring the service ----------------------------------------------------------------------------------------
