@@ -66,6 +66,7 @@
                   hatchling
                   pytest
                   pytest-timeout
+                  pytest-xdist
                   hypothesis
                   mypy
                 ]

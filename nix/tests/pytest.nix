@@ -1,5 +1,6 @@
-# The Python unit suite as a check, against the built package (its own Python set, with the pinned
-# agent-client-protocol). The real-agent end-to-end tests need npm packages and are not run here.
+# The Python suite's fast tier (tests/unit, in-process) as a check, against the built package (its own
+# Python set, with the pinned agent-client-protocol). The tiers that start real processes (tests/process,
+# tests/faults) and the real-agent end-to-end tests (npm packages) run in .ci/run, not here.
 { pkgs, self, hyperhive }:
 let
   python = hyperhive.passthru.python.withPackages (ps: [
@@ -11,14 +12,12 @@ let
 in
 pkgs.runCommand "hyperhive-pytest"
   {
-    # What the suite runs besides Python: bash, coreutils, procps (ps, pkill) and util-linux (setsid,
-    # test_cgroups). A plain list: an emulation of this check reads it by evaluating this file.
+    # What the fast tier runs besides Python: bash and coreutils (the tasks some tests hand the engine).
+    # A plain list: an emulation of this check reads it by evaluating this file.
     nativeBuildInputs = [
       python
       pkgs.bash
       pkgs.coreutils
-      pkgs.procps
-      pkgs.util-linux
     ];
     # What the suite reads (nix/source.nix): the package's project and sources, the tests, pytest's
     # configuration, and the task starter tests/nix names; a docs or CI change does not rerun it.

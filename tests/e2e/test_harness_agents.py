@@ -27,7 +27,7 @@ import pytest
 
 from tests.e2e import agents
 from tests.e2e.fakes import fake_anthropic, fake_openai
-from tests.unit.harness_service import Service, start_service
+from tests.process.harness_service import Service, start_service
 
 pytestmark = pytest.mark.e2e
 

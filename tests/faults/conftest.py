@@ -1,9 +1,10 @@
 """The fault and abuse suite (docs/reliability.md): every test states what it checked through `record`.
 
 Each call to `record(fault, checked, figure)` adds one row to the reliability table; the row's result is
-the test's own outcome (pass, or FAIL with the test's failure). At the end of the session the rows are
-written to `tests/faults/results.json` (gitignored), and with HIVE_RELIABILITY_DOC=1 the table in
-docs/reliability.md is regenerated from them (tests/faults/reliability.py), so the figures there are
+the test's own outcome (pass, or FAIL with the test's failure). At the end of the session the rows go to
+`tests/faults/results.json` (gitignored; each test keeps the rows of its latest run), and with
+HIVE_RELIABILITY_DOC=1 the table in docs/reliability.md is regenerated from the session's rows
+(tests/faults/reliability.py; run all of tests/faults in one session for that), so the figures there are
 the suite's output, never typed by hand.
 
 HIVE_FAULTS_SOAK=1 runs the long variants (more crash rounds, bigger loads); `soak(short, long)` picks.
@@ -63,8 +64,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not _ROWS:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller writes every worker's rows
+        workeroutput[reliability.WORKER_OUTPUT] = reliability.to_worker_output(_ROWS)
         return
-    reliability.write_results(_ROWS)
-    if os.environ.get("HIVE_RELIABILITY_DOC") == "1":
-        reliability.write_doc(_ROWS)
+    reliability.finish(_ROWS)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.unit.harness_service import service_env
+from tests.process.harness_service import service_env
 
 HERE = Path(__file__).resolve().parent
 CRASH_CLAUDE = HERE / "crash_claude.py"

@@ -8,6 +8,7 @@ Only the part between the markers is rewritten; the prose around it is written b
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import platform
@@ -30,8 +31,44 @@ class Row:
     result: str
 
 
+# Under pytest-xdist each worker hands its rows to the controller under this key (its `workeroutput`),
+# and the controller writes them all once (tests/conftest.py): workers writing the file would overwrite
+# each other's rows.
+WORKER_OUTPUT = "reliability_rows"
+
+
 def write_results(rows: list[Row]) -> None:
-    RESULTS.write_text(json.dumps([asdict(r) for r in rows], indent=1, ensure_ascii=False) + "\n")
+    """Adds `rows` to results.json, replacing the earlier rows of their tests: each test keeps the rows of
+    its latest run, so sessions running different fault tests (.ci/run runs the serial ones in a session
+    of their own, at the same time) add up instead of overwriting each other."""
+    with open(RESULTS, "a+", encoding="utf-8") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        text = file.read()
+        ran = {r.test for r in rows}
+        kept = [r for r in json.loads(text) if r["test"] not in ran] if text.strip() else []
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps([*kept, *(asdict(r) for r in rows)], indent=1, ensure_ascii=False) + "\n")
+
+
+def finish(rows: list[Row]) -> None:
+    """At the end of a session: results.json, and with HIVE_RELIABILITY_DOC=1 the doc's table."""
+    if not rows:
+        return
+    write_results(rows)
+    if os.environ.get("HIVE_RELIABILITY_DOC") == "1":
+        write_doc(rows)
+
+
+def to_worker_output(rows: list[Row]) -> list[dict[str, str]]:
+    return [asdict(r) for r in rows]
+
+
+def from_worker_output(output: dict[str, object]) -> list[Row]:
+    raw = output.get(WORKER_OUTPUT, [])
+    assert isinstance(raw, list)
+    return [Row(**r) for r in raw]
 
 
 def _cell(text: str) -> str:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.faults.careful_agent import JOB, noted
 from tests.faults.conftest import Record
-from tests.unit.harness_service import Service, service_env, start_service
+from tests.process.harness_service import Service, service_env, start_service
 
 HERE = Path(__file__).resolve().parent
 CAREFUL_AGENT = HERE / "careful_agent.py"

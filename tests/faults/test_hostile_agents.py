@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from tests.faults.conftest import Record, soak
-from tests.unit.harness_service import Service, running_service
-from tests.unit.test_acp_harness import alive
+from tests.process.acp_harness import alive
+from tests.process.harness_service import Service, running_service
 
 AGENT = Path(__file__).with_name("hostile_agent.py")
 # The service idles at about 65 MiB (the mcp SDK, uvicorn, pydantic); a hostile agent may add this much.
@@ -40,7 +40,8 @@ STATUS_BOUND_S = 1.0
 # The whole `hyperhive status --json` process: interpreter start and imports included, on a shared machine.
 CLI_STATUS_BOUND_S = 5.0
 
-pytestmark = pytest.mark.timeout(120)
+# Each test bounds `status` (STATUS_BOUND_S) while its agent floods the service: run alone in CI (serial).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 
 # -- measuring the service ----------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from tests.faults.stdio_peer import (
     key,
     outcome,
 )
-from tests.unit.bash_client import server_env
-from tests.unit.harness_service import Service, running_service
+from tests.process.bash_client import server_env
+from tests.process.harness_service import Service, running_service
 
 SEED = int(os.environ.get("HIVE_FAULTS_SEED") or random.randrange(2**32))
 MODES = ["standalone", "forwarding"]

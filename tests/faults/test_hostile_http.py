@@ -28,9 +28,10 @@ from tests.faults.conftest import Record
 from tests.faults.test_hostile_agents import socket_status
 from tests.faults.test_hostile_clients import Http, reply_call
 from tests.faults.test_resource_limits import control
-from tests.unit.harness_service import Service, running_service
+from tests.process.harness_service import Service, running_service
 
-pytestmark = pytest.mark.timeout(300)
+# Bounds `status` latency under an attack of its own: run alone in CI (serial).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
 HERE = Path(__file__).resolve().parent
 FLOOD = HERE / "http_flood.py"

@@ -31,7 +31,7 @@ from tests.faults.conftest import Record
 from tests.faults.test_hostile_agents import STATUS_BOUND_S, StatusProbe
 from tests.faults.test_hostile_clients import Http, reply_call
 from tests.faults.test_resource_limits import control, run_task
-from tests.unit.harness_service import Service, running_service, service_env, start_service
+from tests.process.harness_service import Service, running_service, service_env, start_service
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -30,9 +30,10 @@ from tests.faults.test_hostile_http import (
     wait_for_turn,
 )
 from tests.faults.test_resource_limits import control
-from tests.unit.harness_service import running_service
+from tests.process.harness_service import running_service
 
-pytestmark = pytest.mark.timeout(300)
+# Bounds `status` latency under an attack of its own: run alone in CI (serial).
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
 BUSY_TIMEOUT_S = 10.0  # store/database.py's
 LOCK_S = 14.0  # held longer than the busy timeout, as in the issue

@@ -31,7 +31,7 @@ from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import WakeTable
 from tests.faults.conftest import Record, soak
-from tests.unit.harness_service import Service, running_service, service_env, socket_answers, start_service
+from tests.process.harness_service import Service, running_service, service_env, socket_answers, start_service
 
 COUNTING_AGENT = Path(__file__).resolve().parent / "counting_agent.py"
 ROOT = os.geteuid() == 0
@@ -146,6 +146,7 @@ def wait_until(what: str, predicate: Any, service: Service, within: float) -> An
 # -- 10,000 queued wakes ---------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # status's p99 bounded while the service drains its load
 def test_ten_thousand_queued_wakes_drain_in_capped_batches_none_lost_or_twice(tmp_path: Path, record: Record) -> None:
     count = soak(10_000, 50_000)
     with running_service(tmp_path, **counting_agent(tmp_path)) as service:
@@ -239,6 +240,7 @@ class StatusProbe:
         return percentile99(self.times)
 
 
+@pytest.mark.serial  # status's p99 bounded while the service drains its load
 def test_five_hundred_concurrent_tasks_all_end_with_wakes_and_status_stays_prompt(
     tmp_path: Path, record: Record
 ) -> None:

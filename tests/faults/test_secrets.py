@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tests.faults.conftest import Record
-from tests.unit.harness_service import run_cli, running_service, service_env
+from tests.process.harness_service import run_cli, running_service, service_env
 
 ACP_KEY = "sk-ant-acpenv-4f1c9e7b2d"  # through HIVE_ACP_ENV
 FILE_KEY = "ghp_envfile_8a3d5c1e9f"  # through the service's environment (an EnvironmentFile), into a header

@@ -29,7 +29,7 @@ from pathlib import Path
 from hyperhive import statedir
 from tests.faults.conftest import Record
 from tests.faults.test_resource_limits import fill, needs_mount, tmpfs
-from tests.unit.harness_service import service_env
+from tests.process.harness_service import service_env
 
 START_TIMEOUT = 30.0
 # Made by `hyperhive demo` in its own temporary state directory, never by the service.

@@ -110,10 +110,23 @@ class BuildResult:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    @property
+    def plain_log(self) -> str:
+        """The log without terminal colours and carriage returns."""
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", self.log).replace("\r", "")
+
     def failed_tests(self) -> list[str]:
         """The tests pytest's summary (-ra) lists as FAILED or ERROR."""
-        plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", self.log).replace("\r", "")
-        return re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", plain, re.MULTILINE)
+        return re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", self.plain_log, re.MULTILINE)
+
+    def failure_reports(self) -> str:
+        """pytest's ERRORS and FAILURES sections: each failing test's traceback and captured output."""
+        found = re.search(
+            r"^=+ (?:ERRORS|FAILURES) =+$.*?(?=^=+ (?:warnings summary|short test summary info) =+$)",
+            self.plain_log,
+            re.MULTILINE | re.DOTALL,
+        )
+        return found.group(0).rstrip() if found else ""
 
 
 # --- what to build ------------------------------------------------------------------------------------

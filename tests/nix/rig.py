@@ -123,19 +123,22 @@ def ensure_venv() -> Path:
     source = _digest([project / "pyproject.toml", *sorted(p for p in (project / "src").rglob("*.py"))])
     deps_stamp, source_stamp = RIG_VENV / ".deps", RIG_VENV / ".source"
     pip = [str(RIG_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
-    steps: list[list[str]] = []
-    if not (deps_stamp.exists() and deps_stamp.read_text() == deps):
-        steps = [[str(python), "-m", "venv", "--clear", str(RIG_VENV)], [*pip, str(project)]]
-    elif not (source_stamp.exists() and source_stamp.read_text() == source):
-        steps = [[*pip, "--no-deps", "--force-reinstall", str(project)]]
-    if steps:
-        CACHE.mkdir(parents=True, exist_ok=True)
-    for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode != 0:
-            raise RigUnavailable(f"{' '.join(cmd[:3])} failed: {proc.stderr[-800:]}")
-    deps_stamp.write_text(deps)
-    source_stamp.write_text(source)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # Under a file lock: test modules running at once (pytest-xdist workers) would clear the venv under
+    # each other's pip.
+    with open(CACHE / f"{RIG_VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        steps: list[list[str]] = []
+        if not (deps_stamp.exists() and deps_stamp.read_text() == deps):
+            steps = [[str(python), "-m", "venv", "--clear", str(RIG_VENV)], [*pip, str(project)]]
+        elif not (source_stamp.exists() and source_stamp.read_text() == source):
+            steps = [[*pip, "--no-deps", "--force-reinstall", str(project)]]
+        for cmd in steps:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+            if proc.returncode != 0:
+                raise RigUnavailable(f"{' '.join(cmd[:3])} failed: {proc.stderr[-800:]}")
+        deps_stamp.write_text(deps)
+        source_stamp.write_text(source)
     return RIG_VENV
 
 

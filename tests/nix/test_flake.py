@@ -155,14 +155,14 @@ def test_pytest_check_source_is_what_the_suite_needs(flake: tuple[Path, Path], s
     path = nix_eval(flake, "checks.x86_64-linux.pytest", 'c: "${c.src}"')
     expected = tracked("python/pyproject.toml", "python/src", "tests", "nix/tests/start_task.py", "pytest.ini")
     assert store_files(path) == expected
-    assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_cgroups.py"} <= expected
+    assert {"pytest.ini", "tests/conftest.py", "tests/unit/test_config.py"} <= expected
 
 
 def test_pytest_check_has_the_tools_the_suite_runs(flake: tuple[Path, Path]) -> None:
-    """setsid (util-linux) for test_cgroups' escape test, ps/pkill (procps), bash and coreutils: a plain
-    list, which an emulation of the check reads by evaluating nix/tests/pytest.nix with the stub."""
+    """bash and coreutils for the tasks the fast tier hands the engine: a plain list, which an emulation of
+    the check reads by evaluating nix/tests/pytest.nix with the stub."""
     names = nix_eval(flake, "checks.x86_64-linux.pytest", "c: map (p: p.name) c.nativeBuildInputs")
-    assert names == ["python3-env", "bash", "coreutils", "procps", "util-linux"]
+    assert names == ["python3-env", "bash", "coreutils"]
 
 
 def test_source_refuses_a_listed_path_that_does_not_exist() -> None:

@@ -8,6 +8,8 @@ import errno
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,12 +108,33 @@ def test_the_sandbox_is_nixs_a_user_with_only_declared_tools_no_sys_no_network()
 @pytest.mark.skipif(not have_nix(), reason="nix-instantiate not found (.ci/run installs Debian's nix-bin)")
 @pytest.mark.skipif(nixpkgs_lib() is None, reason="no nixpkgs lib: set NIXPKGS_LIB")
 @pytest.mark.timeout(3600)
-def test_checks_pytest_passes_in_the_emulated_build_sandbox() -> None:
-    """The whole unit suite, so it takes minutes: nix/tests/pytest.nix's build command and inputs."""
+def test_checks_pytest_passes_in_the_emulated_build_sandbox(tmp_path: Path) -> None:
+    """nix/tests/pytest.nix's build command and inputs: the fast tier (tests/unit), as checks.pytest runs it.
+
+    On failure, what failed and how stays in this test's report (a failure once left only its name) and
+    the whole log in a file beside it."""
     lib = nixpkgs_lib()
     assert lib is not None
     result = build_sandbox.build(build_sandbox.read_check(lib))
     if not result.ok:
-        failed = result.failed_tests()
-        listed = ["failing tests:", *failed] if failed else ["its log ends:", result.log[-20000:]]
-        pytest.fail("\n".join(["checks.pytest fails in the emulated Nix build sandbox;", *listed]), pytrace=False)
+        log = tmp_path / "checks-pytest.log"
+        log.write_text(result.log)
+        failed, reports = result.failed_tests(), result.failure_reports()
+        shown = ["failing tests:", *failed, "", reports[-30000:]] if failed else ["its log ends:", result.log[-20000:]]
+        lines = ["checks.pytest fails in the emulated Nix build sandbox;", *shown, f"(the whole log: {log})"]
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_a_failing_checks_report_names_the_test_and_keeps_its_output(tmp_path: Path) -> None:
+    """What the check above shows on failure, read from a real pytest run's terminal (colours and all)."""
+    (tmp_path / "test_it.py").write_text(
+        "def test_passes():\n    pass\n\n\ndef test_fails():\n    print('seen on the way')\n    assert 1 + 1 == 3\n"
+    )
+    argv = [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "--color=yes", "test_it.py"]
+    ran = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    result = build_sandbox.BuildResult(ran.returncode, ran.stdout + ran.stderr)
+    assert not result.ok and "\x1b[" in result.log
+    assert result.failed_tests() == ["test_it.py::test_fails"]
+    report = result.failure_reports()
+    assert "test_fails" in report and "assert (1 + 1) == 3" in report and "seen on the way" in report
+    assert "test_passes" not in report

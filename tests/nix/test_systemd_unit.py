@@ -3,9 +3,8 @@
 The service entry from lib.evalModules (tests/nix/eval-module.nix) goes through the converter
 (unit_file.to_service_file) into /etc/systemd/system inside the container, with two substitutions: the
 stub package's store path becomes the repository's .venv `hyperhive`, and the MCP file's store path a
-copy of the rendered file. Each test is one behaviour. Those that need the harness service skip with
-"hyperhive agent not available" until `hyperhive agent --help` works, and then run by themselves; the
-others prove the rig and the unit's settings with stand-ins (tests/nix/standin.py, node, `exit 2`).
+copy of the rendered file. Each test is one behaviour: some run the harness service, the others prove the
+rig and the unit's settings with stand-ins (tests/nix/standin.py, node, `exit 2`).
 systemd 252 ignores RestartSteps=/RestartMaxDelaySec= (254+) with a warning; NixOS 26.05 has both.
 """
 
@@ -13,8 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -28,13 +25,13 @@ from tests.nix.nixtool import REPO, eval_module, requires_lib, requires_nix
 from tests.nix.rig import RIG_VENV, Container, RigUnavailable, booted, ensure_venv
 from tests.nix.unit_file import environment_of, to_service_file
 
-pytestmark = [requires_nix, requires_lib]
+# One worker runs them all under pytest-xdist (--dist loadgroup): they share the module's booted machine.
+pytestmark = [requires_nix, requires_lib, pytest.mark.xdist_group("systemd-unit")]
 
 STUB_EXE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
 # Inside the container: the rig's own venv (Debian's python3, reachable there); on the host: this one.
 HYPERHIVE = str(RIG_VENV / "bin" / "hyperhive")
 PYTHON = str(RIG_VENV / "bin" / "python")
-HOST_HYPERHIVE = str(Path(sys.executable).parent / "hyperhive")
 MCP_FILE = "/etc/hyperhive/mcp-servers.json"
 # Written into the container (not run from the repository: a checkout under /tmp is hidden by PrivateTmp=).
 STANDIN_SOURCE = Path(__file__).parent / "standin.py"
@@ -43,14 +40,6 @@ START_TASK = str(REPO / "nix/tests/start_task.py")
 PATH_DIRS = ["/usr/local/bin", "/usr/bin", "/bin"]
 STATE = "/var/lib/hyperhive"
 DB = f"{STATE}/hyperhive.db"
-
-
-def agent_available() -> bool:
-    proc = subprocess.run([HOST_HYPERHIVE, "agent", "--help"], capture_output=True, timeout=60, check=False)
-    return proc.returncode == 0
-
-
-needs_agent = pytest.mark.skipif(not agent_available(), reason="hyperhive agent not available")
 
 
 @pytest.fixture(scope="module")
@@ -242,21 +231,18 @@ def sql(query: str) -> str:
     return " ".join(shlex.quote(part) for part in (PYTHON, "-c", code, DB, query))
 
 
-@needs_agent
 def test_agent_start_returns_after_ready(agent: Container) -> None:
     assert agent.prop(AGENT, "ActiveState") == "active"
     agent.run("test", "-S", f"{STATE}/harness.sock")
     hh(agent, "status")
 
 
-@needs_agent
 def test_demo_agent_answers_send(agent: Container) -> None:
     hh(agent, "send", "hello from the rig")
     agent.wait_for(f'grep -l \'"type":"result"\' {STATE}/transcripts/*.jsonl', timeout=120)
     agent.wait_for(f'test "$({sql("select count(*) from wakes where delivered_at is null")})" = 0', timeout=120)
 
 
-@needs_agent
 def test_task_wake_arrives(agent: Container) -> None:
     task = start_task(agent, "sleep 2; echo finished")
     agent.wait_for(f'test "$({sql(f"select status from tasks where id={task}")})" = done', timeout=60)
@@ -276,7 +262,6 @@ def ended_as(rig: Container, task: str) -> str:
     return rig.sh(sql(f"select {row} from tasks where id={task}")).stdout.strip()
 
 
-@needs_agent
 def test_restart_leaves_no_task_process_and_loses_no_wake(agent: Container) -> None:
     plain = start_task(agent, "exec sleep 5101")
     escaped = start_task(agent, "setsid sleep 5102 & wait")
@@ -295,13 +280,11 @@ def test_restart_leaves_no_task_process_and_loses_no_wake(agent: Container) -> N
     agent.wait_for(f"{delivered} | grep -v None | grep .", timeout=120)
 
 
-@needs_agent
 def test_hung_harness_is_restarted_by_the_watchdog(agent: Container) -> None:
     agent.sh(f"kill -STOP $(systemctl show -P MainPID {AGENT})")
     agent.wait_for(f'test "$(systemctl show -P NRestarts {AGENT})" -ge 1', timeout=60)
 
 
-@needs_agent
 def test_harness_bad_configuration_does_not_restart_loop(rig: Container) -> None:
     install(rig, AGENT, {**DEMO, "idleTimeout": 30}, Environment="HIVE_IDLE_TIMEOUT=-1")
     try:
@@ -313,7 +296,6 @@ def test_harness_bad_configuration_does_not_restart_loop(rig: Container) -> None
         stop_and_reset(rig, AGENT)
 
 
-@needs_agent
 def test_node_runs_as_a_harness_task(agent: Container) -> None:
     agent.write("/opt/node-probe.js", NODE_PROBE)
     task = start_task(agent, "node /opt/node-probe.js")

@@ -1,4 +1,5 @@
-"""The forwarding bash server on its own: what only it has (a service behind it, threads, the real command).
+"""The forwarding bash server on its own: what only it has (a service behind it, threads), in-process; the
+real command is tests/process/test_bash_mcp_forward_command.py.
 
 The protocol rules are proven for both servers in test_bash_mcp_protocol.py and test_bash_mcp_fuzz.py; here
 the fake service (`fake_control.FakeService`) shows what crosses the control socket: a cancel is a hang-up
@@ -9,8 +10,6 @@ gives the calls in flight a bounded grace.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +22,7 @@ from hyperhive.bash_mcp import forward, protocol
 from hyperhive.bash_mcp.forward import ForwardingServer
 from hyperhive.control.wire import MAX_REQUEST
 from hyperhive.mcp_tool import ToolSpec
-from hyperhive.tasks.tools import SPECS
-from tests.unit.bash_client import bash_server, text_of
-from tests.unit.fake_control import FakeService, fake_service
+from tests.unit.fake_control import FakeService
 from tests.unit.rpc_pipe import Backend, PipeClient, backend_of, check_response, serving
 
 pytestmark = pytest.mark.anyio
@@ -176,66 +173,3 @@ async def test_stdin_eof_hangs_up_on_calls_still_in_flight_after_the_grace(
     assert lines == []  # a hung-up call gets no answer
     service.wait_for("the hang-up", lambda: service.hangups == [{}])  # the real service cancels on it
     assert took < 3  # the grace (0.3 s here, 5 s by default) bounds the end
-
-
-async def test_the_mcp_sdk_client_drives_the_real_forwarding_command(tmp_path: Path) -> None:
-    with fake_service() as service:
-        async with bash_server(tmp_path / "state", tmp_path, HIVE_SOCKET=str(service.path)) as bash:
-            listed = await bash.session.list_tools()
-            assert [t.name for t in listed.tools] == [spec.name for spec in SPECS]
-            result = await bash.call("run", cmd="true", wait_seconds=0)
-            assert not result.isError and text_of(result) == 'run {"cmd": "true", "wait_seconds": 0}'
-    assert service.requests == [{"op": "tool", "name": "run", "arguments": {"cmd": "true", "wait_seconds": 0}}]
-    assert not (tmp_path / "state").exists()  # the forwarder opens no store
-
-
-def test_the_real_command_cancels_through_a_hangup_and_survives_garbage(tmp_path: Path) -> None:
-    """`python -m hyperhive bash-mcp` itself, over its real stdin and stdout: the path agents spawn."""
-    with fake_service() as service:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hyperhive", "bash-mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={"PATH": "/usr/bin:/bin", "HIVE_SOCKET": str(service.path), "HIVE_STATE_DIR": str(tmp_path / "s")},
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-
-            def send(*frames: bytes) -> None:
-                assert proc.stdin is not None
-                proc.stdin.write(b"".join(frame + b"\n" for frame in frames))
-                proc.stdin.flush()
-
-            def recv() -> dict[str, Any]:
-                assert proc.stdout is not None
-                msg = json.loads(proc.stdout.readline())
-                assert isinstance(msg, dict)
-                return msg
-
-            call = {"name": "run", "arguments": {"cmd": "wait"}}
-            send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).encode())
-            service.wait_for("the call", lambda: len(service.requests) == 1)
-            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
-            send(
-                json.dumps(cancel).encode(),
-                b"\xff not json",
-                b"[" * 100_000,
-                b'{"jsonrpc":"2.0","id":2,"method":"ping"}',
-            )
-            service.wait_for("the hang-up", lambda: service.hangups == [{"cmd": "wait"}])
-            answers = [recv() for _ in range(3)]
-            assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
-                (None, -32700),
-                (None, -32700),
-                (2, None),
-            ]
-            proc.stdin.close()
-            assert proc.wait(10) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            assert proc.stderr is not None
-            proc.stderr.close()

@@ -17,7 +17,7 @@ from hyperhive.config import load_config
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, StartFailed, StoreError, exit_status
 from hyperhive.harness import service
 from hyperhive.harness.startup import Startup
-from tests.unit.harness_service import service_env
+from tests.process.harness_service import service_env
 
 # -- what a failed step says --------------------------------------------------------------------------
 

@@ -1,12 +1,9 @@
-"""The durable store: schema versions, migrations, and wakes that survive across processes."""
+"""The durable store: schema versions, migrations, wakes and sessions (across processes: tests/process)."""
 
 from __future__ import annotations
 
 import re
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -58,27 +55,6 @@ def test_unopenable_database_names_the_path(tmp_path: Path) -> None:
         Store(tmp_path / "db")
 
 
-def test_wakes_written_by_concurrent_processes_are_all_kept(tmp_path: Path) -> None:
-    writer = textwrap.dedent(
-        """
-        import sys
-        from pathlib import Path
-        from hyperhive.store.database import Store
-        from hyperhive.store.wakes import WakeTable
-        with Store(Path(sys.argv[1])) as store:
-            for i in range(200):
-                WakeTable(store).add(f"writer-{sys.argv[2]}", str(i))
-        """
-    )
-    procs = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path / "db"), str(n)]) for n in range(4)]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
-    with Store(tmp_path / "db") as store:
-        wakes = WakeTable(store).waiting()
-    assert len(wakes) == 800
-    for n in range(4):
-        assert [w.body for w in wakes if w.source == f"writer-{n}"] == [str(i) for i in range(200)]
-
-
 def test_a_database_migrated_by_another_process_while_opening_is_not_taken_for_foreign(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,24 +86,6 @@ def test_a_database_migrated_by_another_process_while_opening_is_not_taken_for_f
         WakeTable(store).add("operator", "kept")
         assert [w.body for w in WakeTable(store).waiting()] == ["kept"]
     assert migrated == [True]
-
-
-def test_a_wake_survives_its_writer_being_killed(tmp_path: Path) -> None:
-    writer = textwrap.dedent(
-        """
-        import os, signal, sys
-        from pathlib import Path
-        from hyperhive.store.database import Store
-        from hyperhive.store.wakes import WakeTable
-        store = Store(Path(sys.argv[1]))
-        WakeTable(store).add("bash-task-1", "finished")
-        os.kill(os.getpid(), signal.SIGKILL)
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", writer, str(tmp_path / "db")], timeout=60, check=False)
-    assert proc.returncode == -9
-    with Store(tmp_path / "db") as store:
-        assert [(w.source, w.body) for w in WakeTable(store).waiting()] == [("bash-task-1", "finished")]
 
 
 def test_delivered_wakes_are_no_longer_pending_and_timers_wait_their_time(tmp_path: Path) -> None:

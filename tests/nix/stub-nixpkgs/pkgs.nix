@@ -41,6 +41,7 @@ let
     hatchling = pyPkg "hatchling" { version = "1.27.0"; };
     pytest = pyPkg "pytest" { version = "8.4.1"; };
     pytest-timeout = pyPkg "pytest-timeout" { version = "2.4.0"; };
+    pytest-xdist = pyPkg "pytest-xdist" { version = "3.8.0"; };
     hypothesis = pyPkg "hypothesis" { version = "6.136.0"; };
     mypy = pyPkg "mypy" { version = "1.17.0"; };
   };

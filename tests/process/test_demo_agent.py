@@ -25,7 +25,7 @@ from hyperhive.runtime.base import ListSink
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, StreamLine, ToolResultBlock, ToolUseBlock, UserLine
 from hyperhive.store.database import Store
-from tests.unit.test_acp_harness import alive, kinds, texts
+from tests.process.acp_harness import alive, kinds, texts
 
 TOKEN = "demo-test-token"
 TASK_WAKE = """[hyperhive] 1 wake. Reply to the operator with mcp__hyperhive__reply.

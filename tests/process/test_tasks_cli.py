@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hyperhive.store.database import Store
-from tests.unit.bash_client import bash_server, server_env
+from tests.process.bash_client import bash_server, server_env
 
 pytestmark = pytest.mark.anyio
 

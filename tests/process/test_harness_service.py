@@ -17,8 +17,8 @@ import pytest
 from hyperhive.harness.control import MAX_REQUEST, ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
-from tests.unit.bash_client import bash_server
-from tests.unit.harness_service import run_cli, running_service, service_env, start_service
+from tests.process.bash_client import bash_server
+from tests.process.harness_service import run_cli, running_service, service_env, start_service
 
 
 def untagged(prompt: str) -> str:

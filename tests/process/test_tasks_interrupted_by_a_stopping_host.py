@@ -30,8 +30,8 @@ from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskRow, TaskTable
 from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.harness_service import running_service
-from tests.unit.test_engine_hardening import gone_pid
+from tests.process.harness_service import running_service
+from tests.process.test_engine_hardening import gone_pid
 
 HOST_STOPPED = "interrupted: the process hosting the task stopped"
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hyperhive.runtime.stream import AssistantLine, ResultLine, StreamLine, SystemLine, parse_line
-from tests.unit import fake_claude
+from tests.process import fake_claude
 
 
 @dataclass

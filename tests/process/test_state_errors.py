@@ -24,7 +24,7 @@ from hyperhive.store.schema import SCHEMA_VERSION
 from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import WakeTable
 from hyperhive.tasks.engine import TaskEngine
-from tests.unit.bash_client import server_env
+from tests.process.bash_client import server_env
 
 ROOT = os.geteuid() == 0
 

@@ -131,5 +131,10 @@ def start_service(env: dict[str, str], log: Path) -> Service:
             [sys.executable, "-m", "hyperhive", "agent"], env=env, stdout=out, stderr=subprocess.STDOUT
         )
     service = Service(env, proc, log)
-    service.wait_for("the control socket", lambda: socket_answers(service.state / "harness.sock"))
+    try:
+        service.wait_for("the control socket", lambda: socket_answers(service.state / "harness.sock"))
+    except BaseException:  # a service that never served is no one's to stop: end it here (CI found two left)
+        proc.kill()
+        proc.wait()
+        raise
     return service

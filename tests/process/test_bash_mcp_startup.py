@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.importtime import matching, run_hyperhive
+from tests.process.importtime import matching, run_hyperhive
 
 # Prefixes of modules the bash server must not import: the agent runtimes, the MCP-server list models
 # (pydantic), the MCP and ACP SDKs, click (the CLI is skipped on this path), anyio's trio backend.

@@ -1,4 +1,4 @@
-"""AcpRuntime against a real ACP agent process (tests/unit/fake_acp_agent.py): what a turn reports, how the
+"""AcpRuntime against a real ACP agent process (tests/process/fake_acp_agent.py): what a turn reports, how the
 agent is spawned, sessions, permissions. Stops and failures are in test_acp_stops.py."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from hyperhive.runtime.stream import (
 )
 from hyperhive.store.database import Store
 from hyperhive.store.sessions import SessionTable
-from tests.unit.test_acp_harness import acp_runtime, kinds, make_config, texts
+from tests.process.acp_harness import acp_runtime, kinds, make_config, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

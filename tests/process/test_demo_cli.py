@@ -1,9 +1,8 @@
 """`hyperhive demo`: its pieces (environment, state directory, waiting for the socket, stopping what it
-started), its failure and interrupt paths, and, where hyperhive's HTTP tools exist, the whole run."""
+started), its failure and interrupt paths, and the whole run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,10 +19,7 @@ import pytest
 
 from hyperhive.cli import demo as demo_cli
 from hyperhive.cli.demo import Children, DemoFailed, demo_env, make_state_dir, run_demo, wait_for_socket
-from tests.unit.test_acp_harness import alive
-
-HAS_HTTP_TOOLS = importlib.util.find_spec("hyperhive.harness.http_tools") is not None
-needs_http_tools = pytest.mark.skipif(not HAS_HTTP_TOOLS, reason="hyperhive's HTTP tools are not on this branch")
+from tests.process.acp_harness import alive
 
 
 def hyperhive(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -160,8 +156,8 @@ def test_demo_options_are_checked() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_interrupting_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+def test_interrupting_the_demo_stops_everything_it_started(short_tmp: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(short_tmp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "hyperhive", "demo", "--wait", "60"],
         env=env,
@@ -186,26 +182,24 @@ def test_interrupting_the_demo_stops_everything_it_started(tmp_path: Path) -> No
 # -- the whole run -----------------------------------------------------------------------------------------
 
 
-@needs_http_tools
 @pytest.mark.timeout(120)
-def test_demo_shows_the_task_the_wake_and_the_reply_then_stops_cleanly(tmp_path: Path) -> None:
-    done = hyperhive("demo", env={**os.environ, "TMPDIR": str(tmp_path)})
+def test_demo_shows_the_task_the_wake_and_the_reply_then_stops_cleanly(short_tmp: Path) -> None:
+    done = hyperhive("demo", env={**os.environ, "TMPDIR": str(short_tmp)})
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "mcp__bash__run" in out
     assert "wakes 2 from bash-task-1" in out
     assert "agent: Task 1 finished: hello from a background task" in out
     assert "the service stopped cleanly (exit 0)" in out
-    assert not list(tmp_path.glob("hyperhive-demo-*")), "the temporary state directory is removed"
+    assert not list(short_tmp.glob("hyperhive-demo-*")), "the temporary state directory is removed"
 
 
-@needs_http_tools
 @pytest.mark.timeout(120)
-def test_demo_keep_leaves_a_working_service_and_says_how_to_stop_it(tmp_path: Path) -> None:
-    done = hyperhive("demo", "--keep", env={**os.environ, "TMPDIR": str(tmp_path)})
+def test_demo_keep_leaves_a_working_service_and_says_how_to_stop_it(short_tmp: Path) -> None:
+    done = hyperhive("demo", "--keep", env={**os.environ, "TMPDIR": str(short_tmp)})
     assert done.returncode == 0, done.stdout + done.stderr
     pid = int(re.search(r"kill -TERM (\d+)", done.stdout).group(1))  # type: ignore[union-attr]
-    [state] = tmp_path.glob("hyperhive-demo-*")
+    [state] = short_tmp.glob("hyperhive-demo-*")
     try:
         assert alive(pid)
         status = hyperhive("status", "--json", env={**os.environ, "HIVE_STATE_DIR": str(state)})

@@ -36,7 +36,7 @@ from hyperhive.runtime.stream import (
 )
 from hyperhive.store.database import Store
 from hyperhive.store.sessions import SessionTable
-from tests.unit import fake_claude
+from tests.process import fake_claude
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,7 @@ from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.store.database import Store
 from hyperhive.store.sessions import SessionTable
-from tests.unit.test_acp_harness import Harness, acp_runtime, alive, make_config, texts
+from tests.process.acp_harness import Harness, acp_runtime, alive, make_config, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -20,8 +20,8 @@ from hyperhive.runtime.claude import ClaudeRuntime
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.statedir import LAYOUT, StateDir, entry_of
 from hyperhive.store.database import Store
-from tests.unit.bash_client import bash_server
-from tests.unit.harness_service import running_service
+from tests.process.bash_client import bash_server
+from tests.process.harness_service import running_service
 
 
 @contextmanager

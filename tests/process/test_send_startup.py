@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hyperhive.store.database import Store
-from tests.unit.importtime import matching, run_hyperhive
+from tests.process.importtime import matching, run_hyperhive
 
 # The event loop (the blocking client in control/wire.py does one request), the store (only the
 # fallback reads it), the MCP-server models (pydantic: operator commands never use HIVE_MCP_SERVERS).

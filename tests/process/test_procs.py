@@ -282,8 +282,7 @@ def counted_proc(monkeypatch: pytest.MonkeyPatch) -> type[_CountingProc]:
 
     monkeypatch.setattr(_CountingProc, "scans", 0)
     monkeypatch.setattr(group, "_PROC", _CountingProc("/proc"))
-    if hasattr(group, "_Shared"):
-        monkeypatch.setattr(group._Shared, "last", None)
+    monkeypatch.setattr(group._Shared, "last", None)
     monkeypatch.setattr(cgroup, "_PROC", _CountingProc("/proc"))
     return _CountingProc
 

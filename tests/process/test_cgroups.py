@@ -19,7 +19,7 @@ from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.report import describe_kill, view_dict
-from tests.unit.bash_client import BashClient, server_env
+from tests.process.bash_client import BashClient, server_env
 
 pytestmark = pytest.mark.anyio
 

@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hyperhive.control.wire import call
-from tests.unit.harness_service import running_service
+from tests.process.harness_service import running_service
 
 
+@pytest.mark.serial  # ping and status must answer within the lock's hold, while the send waits out its busy wait
 def test_ping_and_status_answer_while_a_send_waits_for_a_database_locked_by_another_process(tmp_path: Path) -> None:
     with running_service(tmp_path) as svc:
         sock = svc.state / "harness.sock"

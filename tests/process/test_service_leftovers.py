@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.unit.harness_service import FAKE_AGENT, service_env, start_service
+from tests.process.harness_service import FAKE_AGENT, service_env, start_service
 
 
 def _alive(pid: int) -> bool:

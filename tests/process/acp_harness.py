@@ -1,4 +1,4 @@
-"""Shared by the ACP runtime tests (holds no tests): an `AcpRuntime` driving tests/unit/fake_acp_agent.py.
+"""Shared by the ACP runtime tests (holds no tests): an `AcpRuntime` driving tests/process/fake_acp_agent.py.
 
 `acp_runtime(tmp_path, *agent_flags)` yields a `Harness`; on exit it closes the runtime and asserts that
 no process the fake agent ran (itself, its grandchild) is still alive.

@@ -13,7 +13,7 @@ from mcp.shared.exceptions import McpError
 from hyperhive.procs.group import group_alive
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
-from tests.unit.bash_client import bash_server, pending_wakes
+from tests.process.bash_client import bash_server, pending_wakes
 
 pytestmark = pytest.mark.anyio
 
