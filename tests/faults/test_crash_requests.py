@@ -73,7 +73,7 @@ def test_kill_9_of_the_bash_server_and_the_cli_mid_request(tmp_path: Path, recor
                 if (t["status"], t["exit_code"]) != ("done", 0):
                     sc.violation(f"task {t['id']} ended {t['status']} ({t['exit_code']}): killed with its bash server?")
                 n = sum(w["source"] == f"bash-task-{t['id']}" for w in wakes)
-                if n > 1 or (n == 0 and t["ended_at"] > killed_at + 0.5):
+                if n > 1 or (n == 0 and t["ended_at"] is not None and t["ended_at"] > killed_at + 0.5):
                     sc.violation(f"task {t['id']} ended after its caller was gone and has {n} wakes")
         for token in sends:
             n = sum(token in w["body"] for w in wakes if w["source"] == "operator")

@@ -342,7 +342,8 @@ def test_tail_of_a_huge_transcript_shows_its_end_in_bounded_memory(tmp_path: Pat
     code, rss_kib, err, printed = measured(env, "tail")
     took = time.monotonic() - started
     assert code == 0, err
-    assert rss_kib < 120 * 1024, f"tail peaked at {rss_kib // 1024} MiB for a {size // 1_000_000} MB transcript"
+    # Reading the whole file peaked at 537 MiB; bounded, 69 to 121 MiB were seen (the CLI's own imports count).
+    assert rss_kib < 200 * 1024, f"tail peaked at {rss_kib // 1024} MiB for a {size // 1_000_000} MB transcript"
     assert printed < 4 * 1024 * 1024, f"tail printed {printed} bytes"
     assert "earlier" in err or "before" in err, f"tail did not say that lines were left out: {err!r}"
     # More on request: a larger --bytes shows more of the end, still bounded by it.
