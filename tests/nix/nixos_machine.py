@@ -288,9 +288,11 @@ class NixosMachine:
     def _wait_for_status(self, command: str, timeout: int, succeed: bool) -> str:
         output = ""
 
-        def check(_: bool) -> bool:
+        def check(last_try: bool) -> bool:
             nonlocal output
             status, output = self.execute(command, timeout=timeout)
+            if last_try and (status == 0) != succeed:
+                self.log(f"last try: exit code {status}, output: {output}")
             return (status == 0) == succeed
 
         self.log(f"waiting for {'success' if succeed else 'failure'}: {command}")

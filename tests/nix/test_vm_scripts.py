@@ -46,7 +46,13 @@ def test_vm_script_passes_against_systemd(test: VmTest, tmp_path: Path) -> None:
             }
             for m in machines.values():
                 m.prepare(test.script)
-            exec(compile(test.script, f"<{test.name} testScript>", "exec"), driver_globals(machines, log))
+            try:
+                exec(compile(test.script, f"<{test.name} testScript>", "exec"), driver_globals(machines, log))
+            except MachineError:
+                for m in machines.values():  # what the VM's console would have shown
+                    with contextlib.suppress(MachineError):
+                        log(m.execute("journalctl -b --no-pager -o short-monotonic | tail -n 150", timeout=30)[1])
+                raise
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")
 
