@@ -173,7 +173,13 @@ def test_a_provider_answering_429_forever_sets_the_wake_aside_and_the_service_st
     svc = setup.start(**env)
     try:
         svc.cli("send", "hello [[status:429]]")
-        svc.wait_for("the wake set aside", lambda: json.loads(svc.cli("status", "--json").stdout)["queue"]["set_aside"])
+        # Three turns, each the idle timeout, the cancel grace and a fresh agent's start, with backoffs of 2 and
+        # 4 s between them: about 30 s on an idle machine, so the bound leaves room for a loaded one.
+        svc.wait_for(
+            "the wake set aside",
+            lambda: json.loads(svc.cli("status", "--json").stdout)["queue"]["set_aside"],
+            within=120,
+        )
         outcomes = turns(svc)
         assert [t["outcome"] for t in outcomes] == ["failed", "failed", "failed"]
         assert all("429" in (t["error"] or "") for t in outcomes)

@@ -24,7 +24,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         # The package's root (its version), the error hierarchy, JSON from outside, text from outside made
         # safe to show, the MCP tool shapes, the worker thread: imported by everything, importing nothing of ours.
         {"hyperhive", "errors", "jsontext", "visible", "mcp_tool", "worker"},
-        {"mcp_servers", "statedir"},  # the HIVE_MCP_SERVERS file; the state directory's layout and modes
+        # The HIVE_MCP_SERVERS file; the state directory's layout and modes; sub-agent profiles (HIVE_SUBAGENTS).
+        {"mcp_servers", "statedir", "subagent_profiles"},
         {"config", "store", "control"},  # the environment, the database, the control socket's wire and lock
         {"procs"},  # every child process
         {"tasks"},  # the task engine and the bash tools

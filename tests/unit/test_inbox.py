@@ -79,7 +79,7 @@ async def collected(feed: LiveFeed) -> AsyncIterator[list[dict[str, Any]]]:
 async def test_a_send_rings_the_doorbell_once(tmp_path: Path) -> None:
     async with opened(tmp_path) as (inbox, doorbell):
         # Only the inbox is needed for `send`; the other parts are not reached.
-        service = Service(None, inbox, None, None, None, time.time())  # type: ignore[arg-type]
+        service = Service(None, inbox, None, None, None, None, time.time())  # type: ignore[arg-type]
         reply = await service.handlers()["send"]({"op": "send", "body": "hello", "request_id": "r-1"})
         assert doorbell.rings == 1
         (wake,) = await inbox.waiting_wakes()

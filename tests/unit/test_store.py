@@ -149,6 +149,7 @@ def test_each_table_is_written_by_one_module() -> None:
         "sessions": {"store/sessions.py"},
         "turns": {"harness/records.py"},
         "outbox": {"harness/records.py"},
+        "subagents": {"store/subagents.py"},
     }
 
 

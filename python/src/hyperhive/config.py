@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from hyperhive import jsontext
 from hyperhive.errors import ConfigError
 from hyperhive.statedir import StateDir
+from hyperhive.subagent_profiles import Profile, SubagentLimits, load_profiles
 
 if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
     from hyperhive.mcp_servers import McpServers
@@ -51,6 +52,24 @@ class Config:
     claude_command: str = "claude"
     claude_args: tuple[str, ...] = ()
     socket: Path | None = None
+    # Sub-agent profiles by name (HIVE_SUBAGENTS) and the limits on sub-agents (HIVE_SUBAGENT_*).
+    subagents: Mapping[str, Profile] = field(default_factory=dict)
+    subagent_limits: SubagentLimits = field(default_factory=SubagentLimits)
+    # Whose runtime this configures: 0, the service's own agent; otherwise a sub-agent's id (its session,
+    # its claude MCP file and its bash server's tasks are its own).
+    agent_id: int = 0
+
+    @property
+    def session_scope(self) -> str:
+        """Added to a runtime's session key: a sub-agent resumes its own session, never its parent's."""
+        return "" if self.agent_id == 0 else f"#subagent-{self.agent_id}"
+
+    @property
+    def claude_mcp_config(self) -> Path:
+        """Where the claude runtime writes its `--mcp-config` (a sub-agent's in its own folder)."""
+        if self.agent_id == 0:
+            return self.state.claude_mcp_config
+        return self.state.subagent(self.agent_id) / self.state.claude_mcp_config.name
 
     @property
     def state(self) -> StateDir:
@@ -65,6 +84,8 @@ class Config:
         env = {"HIVE_STATE_DIR": str(self.state_dir), "HIVE_WORKDIR": str(self.workdir)}
         if self.socket is not None:
             env["HIVE_SOCKET"] = str(self.socket)
+        if self.agent_id != 0:
+            env["HIVE_AGENT_ID"] = str(self.agent_id)  # bash_mcp/forward.py: its tasks wake this sub-agent
         return servers.with_bash(env)
 
 
@@ -133,6 +154,15 @@ class _Reader:
             )
             return None
         return raw
+
+    def count(self, name: str, default: int, *, least: int) -> int:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        if not raw.isdigit() or int(raw) < least:
+            self.problems[name] = f"expected a whole number of at least {least}, got {raw!r}"
+            return default
+        return int(raw)
 
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)
@@ -223,6 +253,18 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
     claude_command = r.get("HIVE_CLAUDE_COMMAND") or "claude"
     claude_args = r.json_strings("HIVE_CLAUDE_ARGS")
     socket_raw = r.get("HIVE_SOCKET")
+    subagents: dict[str, Profile] = {}
+    profiles_path = r.get("HIVE_SUBAGENTS")
+    if profiles_path is not None:
+        subagents, problems = load_profiles(Path(profiles_path))
+        if problems:
+            r.problems["HIVE_SUBAGENTS"] = "; ".join(problems)
+    defaults = SubagentLimits()
+    limits = SubagentLimits(
+        max_concurrent=r.count("HIVE_SUBAGENT_MAX_CONCURRENT", defaults.max_concurrent, least=1),
+        max_depth=r.count("HIVE_SUBAGENT_MAX_DEPTH", defaults.max_depth, least=0),
+        budget=r.seconds("HIVE_SUBAGENT_BUDGET", defaults.budget),
+    )
 
     values: dict[str, object] = {
         "runtime": runtime,
@@ -240,6 +282,8 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         "claude_command": claude_command,
         "claude_args": claude_args,
         "socket": Path(socket_raw) if socket_raw else None,
+        "subagents": subagents,
+        "subagent_limits": limits,
     }
     if values["runtime"] == "acp" and not values["acp_command"]:
         r.problems["HIVE_ACP_COMMAND"] = "required when HIVE_RUNTIME is 'acp': the ACP agent's executable"

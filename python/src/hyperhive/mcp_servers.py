@@ -91,7 +91,8 @@ class McpServers(BaseModel):
 
         `env` goes to the bash server (the state directory, workdir and control socket it must share with
         the harness): agents do not all pass their own environment on to the MCP servers they start. A
-        configured `bash` entry keeps its own values, except `HIVE_SOCKET`, which only the harness knows.
+        configured `bash` entry keeps its own values, except `HIVE_SOCKET` and `HIVE_AGENT_ID` (a sub-agent's
+        bash server), which only the harness knows.
         """
         env = env or {}
         current = self.servers.get(BASH_SERVER)
@@ -101,8 +102,9 @@ class McpServers(BaseModel):
         if not isinstance(current, StdioServer) or not env:
             return self
         merged = {**env, **current.env}
-        if "HIVE_SOCKET" in env:
-            merged["HIVE_SOCKET"] = env["HIVE_SOCKET"]
+        for only_ours in ("HIVE_SOCKET", "HIVE_AGENT_ID"):  # the service's socket; whose tasks they are
+            if only_ours in env:
+                merged[only_ours] = env[only_ours]
         return self.with_server(BASH_SERVER, current.model_copy(update={"env": merged}))
 
     def with_server(self, name: str, server: StdioServer | HttpServer) -> McpServers:

@@ -50,6 +50,7 @@ HARNESS = "harness"
 TASKS = f"{HARNESS}/bash-tasks"
 CHILDREN = f"{HARNESS}/children"
 TRANSCRIPTS = "transcripts"
+SUBAGENTS = "subagents"
 DEMO_LOG = "service.log"
 DEMO_WORK = "work"
 TRANSCRIPT_SUFFIX = ".jsonl"
@@ -86,6 +87,10 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(CHILDREN, "dir", DIR_MODE, "the service's children"),
     Entry(f"{CHILDREN}/*", "file", FILE_MODE, "one child's process group"),
     Entry(TRANSCRIPTS, "dir", DIR_MODE, "the transcripts"),
+    Entry(SUBAGENTS, "dir", DIR_MODE, "the sub-agents' folders"),
+    Entry(f"{SUBAGENTS}/*", "dir", DIR_MODE, "one sub-agent's folder (its id)"),
+    Entry(f"{SUBAGENTS}/*/{CLAUDE_MCP_CONFIG}", "file", FILE_MODE, "a claude sub-agent's MCP configuration"),
+    Entry(f"{SUBAGENTS}/*/worktree", "dir", DIR_MODE, "a sub-agent's git worktree (its profile asked for one)"),
     Entry(f"{TRANSCRIPTS}/*{TRANSCRIPT_SUFFIX}", "file", FILE_MODE, "one session's transcript"),
     Entry(DEMO_LOG, "file", FILE_MODE, "the demo service's output"),
     Entry(DEMO_WORK, "dir", DIR_MODE, "the demo agent's working directory"),
@@ -162,6 +167,14 @@ class StateDir:
     @property
     def transcripts(self) -> Path:
         return self._at(TRANSCRIPTS)
+
+    @property
+    def subagents(self) -> Path:
+        return self._at(SUBAGENTS)
+
+    def subagent(self, subagent_id: int) -> Path:
+        """One sub-agent's folder: its claude MCP configuration, its git worktree."""
+        return self._at(SUBAGENTS) / str(subagent_id)
 
     @property
     def demo_log(self) -> Path:

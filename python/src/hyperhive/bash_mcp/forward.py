@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from hyperhive.bash_mcp.protocol import RequestId
     from hyperhive.mcp_tool import ToolSpec
 
+# Set by the harness in a sub-agent's bash server's environment: whose tasks the calls start.
+AGENT_ID_VARIABLE = "HIVE_AGENT_ID"
 # Tool calls forwarded at once (one thread each); beyond that the reader waits for one to finish. Each is
 # a blocking wait on the service, which bounds the inline waits itself (30 s at most); a service that does
 # not answer (stopped, stuck) is given up on past the call's wait (control/wire.py, `answer_wait`).
@@ -94,8 +96,12 @@ class ForwardingServer:
         version: str = __version__,
         tools: Sequence[ToolSpec] = SPECS,
         instructions: str = INSTRUCTIONS,
+        agent: int = 0,
     ) -> None:
         self.socket = socket
+        # Whose tools these are (HIVE_AGENT_ID: a sub-agent's id; 0, the service's own agent): the tasks
+        # started here wake that agent.
+        self.agent = agent
         self.session = Session(name, version, tools, instructions)
         # Guards _inflight, _busy; its condition is notified whenever a worker ends.
         self._lock = threading.Lock()
@@ -188,7 +194,7 @@ class ForwardingServer:
     # --- forwarding ----------------------------------------------------------------------------------
 
     def _start(self, rid: RequestId, tool: ToolCall, limit: int) -> None:
-        call = ControlCall(self.socket, "tool", name=tool.name, arguments=tool.arguments)
+        call = ControlCall(self.socket, "tool", name=tool.name, arguments=tool.arguments, agent=self.agent)
         with self._changed:
             while self._busy >= limit:
                 if self._broken:
@@ -318,5 +324,7 @@ class ForwardingServer:
 
 
 def serve_forwarding(socket: str) -> None:
-    """Serve on stdio until stdin closes; every call goes to the service at `socket`."""
-    ForwardingServer(socket).serve()
+    """Serve on stdio until stdin closes; every call goes to the service at `socket`, for the agent
+    HIVE_AGENT_ID names (a sub-agent; unset or not a number: the service's own)."""
+    raw = os.environ.get(AGENT_ID_VARIABLE, "0")
+    ForwardingServer(socket, agent=int(raw) if raw.isdigit() else 0).serve()

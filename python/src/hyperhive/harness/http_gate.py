@@ -23,10 +23,10 @@ pass those from costing the service more than a head.
 
 from __future__ import annotations
 
-import hmac
 import json
 
 from hyperhive import jsontext
+from hyperhive.harness.agent_tokens import AgentTokens
 from hyperhive.harness.http_server import App, Message, Receive, Refusal, Scope, Send
 from hyperhive.worker import SerialWorker
 
@@ -47,10 +47,11 @@ _NO_TOKEN = Refusal(
 
 
 class Admission:
-    """The server's `admit`: POST only (405), with `Authorization: Bearer <token>` (401), from the head."""
+    """The server's `admit`: POST only (405), with `Authorization: Bearer <token>` of an agent (401), from
+    the head."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode("ascii")
+    def __init__(self, tokens: AgentTokens) -> None:
+        self._tokens = tokens
 
     def __call__(self, scope: Scope) -> Refusal | None:
         if scope["method"] != "POST":
@@ -64,7 +65,7 @@ class Admission:
         values = [value for name, value in headers if name == b"authorization"]
         if len(values) != 1 or values[0][:7].lower() != b"bearer ":
             return False
-        return hmac.compare_digest(values[0][7:], self._token)
+        return self._tokens.agent_of(values[0][7:]) is not None
 
 
 class JsonBodies:

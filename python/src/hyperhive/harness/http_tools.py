@@ -17,7 +17,6 @@ every phase of a request bounded, those without the token apart from the agent's
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import logging
 import os
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 
+from hyperhive.harness.agent_tokens import AgentTokens
 from hyperhive.harness.http_files import (
     Endpoint,
     HttpToolsError,
@@ -81,13 +81,17 @@ class HyperhiveTools:
         self.in_flight = in_flight
         self.limits = limits
         self.token = load_token(state_dir)
+        self.tokens = AgentTokens(self.token)
         self.url: str | None = None
+        # More tools on the same server (the sub-agent tools), added when it is built.
+        self.extra_tools: list[Callable[[FastMCP[Any]], None]] = []
 
-    def server_entry(self) -> HttpServer:
-        """The agent's `hyperhive` MCP entry; only once `serve` has reported the URL."""
+    def server_entry(self, agent: int = 0) -> HttpServer:
+        """The `hyperhive` MCP entry of an agent (0: the service's own; a sub-agent's id: its own token);
+        only once `serve` has reported the URL."""
         if self.url is None:
             raise HttpToolsError("the HTTP tools are not serving yet")
-        return hyperhive_server(self.url, self.token)
+        return hyperhive_server(self.url, self.tokens.for_agent(agent))
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the endpoint's URL once it accepts requests (`tg.start`).
@@ -112,7 +116,7 @@ class HyperhiveTools:
                 self.url = url
                 log.info("hyperhive's tools at %s", url)
                 task_status.started(url)
-                await serve_http(app, listener, limits, Admission(self.token))
+                await serve_http(app, listener, limits, Admission(self.tokens))
         finally:
             self.url = None
             remove_endpoint(self.state_dir, endpoint)
@@ -125,7 +129,7 @@ class HyperhiveTools:
         mcp: FastMCP[Any] = FastMCP(
             HYPERHIVE_SERVER,
             instructions=INSTRUCTIONS,
-            token_verifier=_BearerToken(self.token),
+            token_verifier=_BearerToken(self.tokens),
             # No OAuth here: the token is handed to the agent, not issued. Without resource_server_url no
             # discovery route is served, so the MCP path is the only route.
             auth=AuthSettings(issuer_url=base, resource_server_url=None),  # type: ignore[arg-type]
@@ -142,19 +146,23 @@ class HyperhiveTools:
             log_level="WARNING",
         )
         add_tools(mcp, self.inbox, self.in_flight)
+        for add in self.extra_tools:
+            add(mcp)
         return mcp
 
 
 class _BearerToken:
-    """The mcp SDK's `TokenVerifier`: one fixed token, compared in constant time."""
+    """The mcp SDK's `TokenVerifier`: an agent's token (harness/agent_tokens.py); the client id is the
+    agent's number, which the tools read back (`caller()`)."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode("ascii")
+    def __init__(self, tokens: AgentTokens) -> None:
+        self._tokens = tokens
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode("utf-8", errors="replace"), self._token):
-            return AccessToken(token=token, client_id="hyperhive-agent", scopes=[])
-        return None
+        agent = self._tokens.agent_of(token.encode("utf-8", errors="replace"))
+        if agent is None:
+            return None
+        return AccessToken(token=token, client_id=str(agent), scopes=[])
 
 
 # The SDK logs every request at INFO ("Processing request of type ...", "Terminating session: None"): in

@@ -10,6 +10,11 @@ follow it, once per commit and only after it:
 - an outbox entry (a reply, the notice of wakes set aside) and a turn's start and end are announced on
   the live feed (`outbox -f`, `tail -f`).
 
+Each agent has its view (`for_agent`: the service's own is 0, a sub-agent's is its id): its wakes, turns
+and reminders, and a doorbell of its own, which only a wake owed to it rings. The views share the two
+connections and their workers. A sub-agent's turn end writes its parent's wake (store/subagents.py) in the
+turn's transaction and rings the parent's doorbell.
+
 SQLite never runs on the event loop, as in the task engine: writes run on a worker thread over the
 writing connection, one at a time (a limiter of one: a connection is used by one thread at a time), with
 the store's 10 s busy timeout; reads run on another thread over a second connection with a limiter of its
@@ -24,6 +29,7 @@ cancellation (the end of a turn cut short by the service stopping).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +45,9 @@ from hyperhive.harness.prompt import Prompt
 from hyperhive.harness.records import OutboxRow, Records, TurnEnd, TurnRow
 from hyperhive.store.database import Store
 from hyperhive.store.sessions import SessionTable
+from hyperhive.store.subagents import SubagentRow, SubagentState, SubagentTable, TurnReport
 from hyperhive.store.tasks import TaskRow, TaskTable
-from hyperhive.store.wakes import QueueCounts, WakeRow
+from hyperhive.store.wakes import MAIN_AGENT, QueueCounts, WakeRow
 from hyperhive.worker import SerialWorker
 
 _T = TypeVar("_T")
@@ -79,8 +86,30 @@ class Inbox:
         self.feed = feed
         self.doorbell = Doorbell() if doorbell is None else doorbell
         self.path = writer.store.path
+        self.agent = writer.agent
+        self._doorbells: dict[int, Doorbell] = {self.agent: self.doorbell}
         self._writing = SerialWorker()
         self._reading = SerialWorker()
+
+    def for_agent(self, agent: int) -> Inbox:
+        """The view of `agent`'s wakes and turns: the same connections, workers and feed; its own doorbell."""
+        view = copy.copy(self)
+        view.agent = agent
+        view._writer = self._writer.for_agent(agent)
+        view._reader = self._reader.for_agent(agent)
+        view.doorbell = self._doorbells.setdefault(agent, Doorbell())
+        return view
+
+    def forget_agent(self, agent: int) -> None:
+        """A sub-agent's loop is over: its doorbell is closed."""
+        bell = self._doorbells.pop(agent, None) if agent != MAIN_AGENT else None
+        if bell is not None:
+            bell.close()
+
+    def _ring(self, agent: int) -> None:
+        bell = self._doorbells.get(agent)
+        if bell is not None:
+            bell.ring()
 
     @classmethod
     async def open(cls, path: Path, *, feed: LiveFeed) -> Inbox:
@@ -100,7 +129,8 @@ class Inbox:
     def close(self) -> None:
         self._reader.store.close()
         self._writer.store.close()
-        self.doorbell.close()
+        for bell in self._doorbells.values():
+            bell.close()
 
     async def _write(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
         return await self._writing.run(fn, *args, **kwargs)
@@ -110,10 +140,10 @@ class Inbox:
 
     # -- the doorbell --------------------------------------------------------------------------------
 
-    def wake_committed(self) -> None:
-        """A wake written elsewhere was committed (a task's end, by the engine): the loop looks again.
-        Thread-safe; the engine calls it on the event loop after the task's transaction."""
-        self.doorbell.ring()
+    def wake_committed(self, agent: int = MAIN_AGENT) -> None:
+        """A wake for `agent` written elsewhere was committed (a task's end, by the engine): its loop looks
+        again. Thread-safe; the engine calls it on the event loop after the task's transaction."""
+        self._ring(agent)
 
     async def wait(self, within: float | None = None) -> bool:
         """Sleep until a wake may be waiting (True) or `within` seconds pass (False).
@@ -180,7 +210,7 @@ class Inbox:
         """Record a turn's start (its attempts come with the agent's first line: `attempt`); announce it."""
         turn_id = await self._write(self._writer.begin_turn, prompt.wake_ids, len(prompt.text))
         wakes = [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids]
-        self.feed.publish({"event": "turn_start", "turn": turn_id, "wakes": wakes})
+        self.feed.publish(self.tagged({"event": "turn_start", "turn": turn_id, "wakes": wakes}))
         return turn_id
 
     async def attempt(self, wake_ids: Sequence[int]) -> None:
@@ -194,10 +224,22 @@ class Inbox:
         deliver: list[int],
         refund: Sequence[int] = (),
         attempt: Sequence[int] = (),
+        report: TurnReport | None = None,
+        parent: int = MAIN_AGENT,
     ) -> None:
-        """Record the turn's end with the delivery of its wakes (one transaction, records.py); announce it."""
-        await self._write(self._writer.end_turn, turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
-        self.feed.publish({"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error})
+        """Record the turn's end with the delivery of its wakes (one transaction, records.py); announce it. A
+        sub-agent's `report` goes in the same transaction, with the wake for its `parent`, whose loop is rung."""
+        told = await self._write(
+            self._writer.end_turn, turn_id, end, deliver=deliver, refund=refund, attempt=attempt, report=report
+        )
+        if told:
+            self._ring(parent)
+        event = {"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error}
+        self.feed.publish(self.tagged(event))
+
+    def tagged(self, event: dict[str, object]) -> dict[str, object]:
+        """A sub-agent's events name it (`tail` tags them)."""
+        return event if self.agent == MAIN_AGENT else {**event, "agent": self.agent}
 
     async def cut_turns(self, wake_ids: Sequence[int], *, since: float) -> tuple[list[CutTurn], int]:
         """The turns that carried some of these wakes and ended unanswered, with what they did (records.py)."""
@@ -205,6 +247,43 @@ class Inbox:
 
     async def interrupt_running_turns(self) -> int:
         return await self._write(self._writer.interrupt_running_turns)
+
+    # -- sub-agents (store/subagents.py) -------------------------------------------------------------
+
+    async def create_subagent(self, **fields: object) -> SubagentRow:
+        """A new sub-agent of this agent and the wake with its first prompt (rung once its loop runs)."""
+        return await self._write(lambda: SubagentTable(self._writer.store).create(parent=self.agent, **fields))  # type: ignore[arg-type]
+
+    async def message_subagent(self, subagent_id: int, body: str) -> SubagentRow | None:
+        row = await self._write(SubagentTable(self._writer.store).message, subagent_id, body)
+        if row is not None:
+            self._ring(subagent_id)
+        return row
+
+    async def end_subagent(self, subagent_id: int, state: SubagentState, error: str, parent_wake: str | None) -> bool:
+        """End a sub-agent for good; its parent's wake (if any) rings the parent's loop."""
+        table = SubagentTable(self._writer.store)
+        row = await self._read(SubagentTable(self._reader.store).find, subagent_id)
+        ended = await self._write(table.end, subagent_id, state, error, parent_wake)
+        if ended and parent_wake is not None and row is not None:
+            self._ring(row.parent)
+        return ended
+
+    async def subagent(self, subagent_id: int) -> SubagentRow | None:
+        return await self._read(SubagentTable(self._reader.store).find, subagent_id)
+
+    async def subagents(self, *, parent: int | None = None, limit: int = 100) -> list[SubagentRow]:
+        """`parent`'s sub-agents (every parent's when None), newest first."""
+        table = SubagentTable(self._reader.store)
+        if parent is None:
+            return await self._read(table.recent, limit=limit)
+        return await self._read(table.children, parent, limit=limit)
+
+    async def live_subagents(self) -> list[SubagentRow]:
+        return await self._read(SubagentTable(self._reader.store).live)
+
+    async def working_subagents(self, parent: int) -> int:
+        return await self._read(SubagentTable(self._reader.store).working, parent)
 
     # -- the outbox ----------------------------------------------------------------------------------
 

@@ -111,11 +111,13 @@ class LiveFeed:
         if self._subscribers:
             self._offer(dump({**event, "seq": self.seq}))
 
-    def publish_line(self, turn_id: int, line: StreamLine) -> None:
-        """A turn's stream-json line as a `line` event, encoded only when someone follows."""
+    def publish_line(self, turn_id: int, line: StreamLine, agent: int = 0) -> None:
+        """A turn's stream-json line as a `line` event, encoded only when someone follows; a sub-agent's
+        names it (`agent`)."""
         self.seq += 1
         if self._subscribers:
-            head = dump({"event": "line", "turn": turn_id, "seq": self.seq})[:-2]  # without `}` and newline
+            tag = {"event": "line", "turn": turn_id, "seq": self.seq} | ({"agent": agent} if agent else {})
+            head = dump(tag)[:-2]  # without `}` and newline
             body = dump_line(line).encode("utf-8", "surrogatepass")
             self._offer(b"".join((head, b',"line":', body, b"}\n")))
 
@@ -127,24 +129,26 @@ class LiveFeed:
 
 
 class FeedSink:
-    """A turn's lines to the live feed, tagged with the turn's id."""
+    """A turn's lines to the live feed, tagged with the turn's id (and a sub-agent's id)."""
 
-    def __init__(self, feed: LiveFeed, turn_id: int) -> None:
+    def __init__(self, feed: LiveFeed, turn_id: int, agent: int = 0) -> None:
         self.feed = feed
         self.turn_id = turn_id
+        self.agent = agent
 
     async def emit(self, line: StreamLine) -> None:
-        self.feed.publish_line(self.turn_id, line)
+        self.feed.publish_line(self.turn_id, line, self.agent)
 
 
 class JournalSink:
     """A turn's lines as readable log lines (the journal under systemd), as `hyperhive turn --render` shows."""
 
-    def __init__(self, logger: logging.Logger, turn_id: int) -> None:
+    def __init__(self, logger: logging.Logger, turn_id: int, agent: int = 0) -> None:
         self.log = logger
         self.turn_id = turn_id
+        self.who = f"subagent-{agent} " if agent else ""
 
     async def emit(self, line: StreamLine) -> None:
         with contextlib.suppress(Exception):  # a rendering slip must never cost a turn
             for text in render_line(line, color=False):
-                self.log.info("turn %d: %s", self.turn_id, text)
+                self.log.info("%sturn %d: %s", self.who, self.turn_id, text)

@@ -17,7 +17,9 @@ Guarantees (docs/architecture.md, "The turn loop"):
   could not be written) is not answered, however the agent ended it: its wakes are carried again
   (harness/replies.py: a reply counts once it is stored);
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
-  cannot compact), and the log says so.
+  cannot compact), and the log says so;
+- a sub-agent's loop (harness/subagents.py) is this loop over the sub-agent's view of the inbox, with a
+  `reporter`: what a turn's end tells the parent is written in the turn's own transaction.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 
@@ -44,6 +47,7 @@ from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import describe_sqlite_error
+from hyperhive.store.subagents import TurnReport
 from hyperhive.store.wakes import WakeRow
 
 log = logging.getLogger("hyperhive.harness")
@@ -66,6 +70,17 @@ class LoopPolicy:
         return float(min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1)))
 
 
+class Reporter(Protocol):
+    """A sub-agent's side of its loop: what the end of a turn it had tells its parent (None: nothing)."""
+
+    parent: int
+
+    def report(self, end: TurnEnd) -> TurnReport | None: ...
+
+    def recorded(self) -> None:
+        """The turn's end, with its report, is written."""
+
+
 class TurnLoop:
     def __init__(
         self,
@@ -73,11 +88,14 @@ class TurnLoop:
         inbox: Inbox,
         *,
         transcript: TranscriptSink,
-        notifier: SystemdNotifier,
+        notifier: SystemdNotifier | None,
         policy: LoopPolicy | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         self.runtime = runtime
         self.inbox = inbox
+        self.agent = inbox.agent
+        self.reporter = reporter
         # The loop's own events (its state, the turn's lines) go to the feed the inbox announces on.
         self.feed = inbox.feed
         self.transcript = transcript
@@ -106,8 +124,9 @@ class TurnLoop:
 
     def _set_state(self, state: str) -> None:
         self.state = state
-        self.notifier.status(state)
-        self.feed.publish({"event": "state", "state": state})
+        if self.notifier is not None:
+            self.notifier.status(state)
+        self.feed.publish(self.inbox.tagged({"event": "state", "state": state}))
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -174,10 +193,17 @@ class TurnLoop:
         turn_id = await self.inbox.begin_turn(prompt)
         self.current_turn = turn_id
         self._set_state(f"turn {turn_id}")
-        log.info("turn %d: %d wake(s) %s", turn_id, len(prompt.wake_ids), prompt.wake_ids)
+        who = f"subagent-{self.agent} " if self.agent else ""
+        log.info("%sturn %d: %d wake(s) %s", who, turn_id, len(prompt.wake_ids), prompt.wake_ids)
         engaged = _Engaged(self.inbox, prompt.wake_ids)
         replies = self.replies = TurnReplies(turn_id)
-        sink: Sink = TeeSink(engaged, replies, self.transcript, JournalSink(log, turn_id), FeedSink(self.feed, turn_id))
+        sink: Sink = TeeSink(
+            engaged,
+            replies,
+            self.transcript,
+            JournalSink(log, turn_id, self.agent),
+            FeedSink(self.feed, turn_id, self.agent),
+        )
         started = time.monotonic()
         end: TurnEnd
         try:
@@ -215,22 +241,43 @@ class TurnLoop:
         # that failed before the agent started on it still costs one (an agent that never starts).
         refund = prompt.wake_ids if self._stopping and not answered and engaged.counted else []
         attempt = prompt.wake_ids if not engaged.counted and not self._stopping and not answered else []
-        await self._end_turn(turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt)
+        # A turn cut short by the stop is had again after the restart: it tells the parent nothing yet.
+        report = self.reporter.report(end) if self.reporter is not None and not self._stopping else None
+        await self._end_turn(
+            turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt, report=report
+        )
+        if self.reporter is not None:
+            self.reporter.recorded()
         self.current_turn = None
         self.replies = None
-        log.info("turn %d %s%s", turn_id, end.outcome, f": {end.error}" if end.error else "")
+        log.info("%sturn %d %s%s", who, turn_id, end.outcome, f": {end.error}" if end.error else "")
         self.last_usage = (end.context_used, end.context_size)
         return answered
 
     async def _end_turn(
-        self, turn_id: int, end: TurnEnd, *, deliver: list[int], refund: list[int], attempt: list[int]
+        self,
+        turn_id: int,
+        end: TurnEnd,
+        *,
+        deliver: list[int],
+        refund: list[int],
+        attempt: list[int],
+        report: TurnReport | None = None,
     ) -> None:
         """Record the turn's end, retrying while the store cannot take it: the turn was had, so its end (and
         the delivery of its wakes) is held back and written once there is room, never the turn run again.
         A stop gives up (the next start marks the turn interrupted and carries its wakes again)."""
         while True:
             try:
-                await self.inbox.end_turn(turn_id, end, deliver=deliver, refund=refund, attempt=attempt)
+                await self.inbox.end_turn(
+                    turn_id,
+                    end,
+                    deliver=deliver,
+                    refund=refund,
+                    attempt=attempt,
+                    report=report,
+                    parent=self.reporter.parent if self.reporter is not None else 0,
+                )
             except sqlite3.Error as exc:
                 if self._stopping:
                     log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))

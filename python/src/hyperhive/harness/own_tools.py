@@ -23,6 +23,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from hyperhive.errors import StoreError
+from hyperhive.harness.agent_tokens import MAIN, caller
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.records import AGENT
 from hyperhive.harness.replies import MAX_BODY_BYTES, REPLY, TurnReplies, body_problem
@@ -81,6 +82,11 @@ def add_tools(mcp: FastMCP[Any], inbox: Inbox, in_flight: Callable[[], TurnRepli
 
     async def reply(body: Body) -> str:
         text = _check_body(body)
+        if (agent := caller()) != MAIN:
+            raise ToolError(
+                f"you are sub-agent {agent}: the operator does not read you. Your answer is the final message "
+                "of your turn, which goes to the agent that started you; end your turn with it."
+            )
         turn = in_flight()
         row = await _stored("the reply", inbox.add_outbox(AGENT, text, turn.turn_id if turn else None))
         if turn is not None:
@@ -90,11 +96,11 @@ def add_tools(mcp: FastMCP[Any], inbox: Inbox, in_flight: Callable[[], TurnRepli
     async def remind(after_secs: AfterSecs, body: Body) -> str:
         delay = _check_delay(after_secs)
         text = _check_body(body)
-        row = await _stored("the reminder", inbox.add_reminder(delay, text))
+        row = await _stored("the reminder", inbox.for_agent(caller()).add_reminder(delay, text))
         return f"reminder {row.id} set: due {_when(row.not_before)}"
 
     async def reminders() -> str:
-        rows = await _stored("the reminders", inbox.reminders())
+        rows = await _stored("the reminders", inbox.for_agent(caller()).reminders())
         if not rows:
             return "no pending reminders"
         now = time.time()
@@ -104,7 +110,7 @@ def add_tools(mcp: FastMCP[Any], inbox: Inbox, in_flight: Callable[[], TurnRepli
         return f"{len(rows)} pending reminder(s), soonest first:\n" + "\n".join(lines)
 
     async def cancel_reminder(id: ReminderId) -> str:
-        if await _stored("the cancellation", inbox.cancel_reminder(id)):
+        if await _stored("the cancellation", inbox.for_agent(caller()).cancel_reminder(id)):
             return f"reminder {id} cancelled"
         return f"no pending reminder {id}: unknown, already delivered, or already cancelled (see reminders())"
 

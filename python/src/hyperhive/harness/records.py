@@ -21,8 +21,9 @@ from typing import Literal
 
 from hyperhive.harness.carried_again import MAX_ITEMS, MAX_TURNS, CutTurn, Done, reminder_state, task_state
 from hyperhive.store.database import Store
+from hyperhive.store.subagents import SubagentTable, TurnReport
 from hyperhive.store.tasks import TaskTable
-from hyperhive.store.wakes import QueueCounts, WakeRow, WakeTable
+from hyperhive.store.wakes import MAIN_AGENT, QueueCounts, WakeRow, WakeTable
 
 TurnOutcome = Literal["running", "answered", "cancelled", "failed", "interrupted"]
 TIMER = "timer"
@@ -63,6 +64,7 @@ class TurnRow(TurnEnd):
     ended_at: float | None
     wake_ids: str
     prompt_chars: int
+    agent: int = MAIN_AGENT
 
     @property
     def wakes(self) -> list[int]:
@@ -77,12 +79,19 @@ RESULT_CHARS = 2000
 
 
 class Records:
-    """The harness's queries, on one store connection."""
+    """The harness's queries for one agent (`agent`: 0 is the service's own, else a sub-agent's id), on one
+    store connection. The turns and wakes read and written are that agent's; the outbox is the operator's,
+    written by the service's own agent only."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, agent: int = MAIN_AGENT) -> None:
         self.store = store
         self.db = store.db
-        self.wakes = WakeTable(store)
+        self.agent = agent
+        self.wakes = WakeTable(store, agent)
+
+    def for_agent(self, agent: int) -> Records:
+        """The same connection's records of another agent."""
+        return Records(self.store, agent)
 
     # -- wakes ---------------------------------------------------------------------------------------
 
@@ -112,6 +121,8 @@ class Records:
         now = time.time()
         with self.store.transaction() as db:
             self.wakes.set_aside(wake_ids, reason, now=now)
+            if self.agent != MAIN_AGENT:  # its parent heard of the failures, through wakes of its own
+                return None
             ids = ", ".join(str(i) for i in wake_ids)
             cur = db.execute(
                 "INSERT INTO outbox (created_at, source, body) VALUES (?, ?, ?)",
@@ -138,8 +149,8 @@ class Records:
         """Record a turn's start. It costs its wakes an attempt only once the agent starts on it (`attempt`):
         a service killed before that (say while the agent was still starting) was not the wakes' fault."""
         cur = self.db.execute(
-            "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome) VALUES (?, ?, ?, 'running')",
-            (time.time(), json.dumps(wake_ids), prompt_chars),
+            "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome, agent) VALUES (?, ?, ?, 'running', ?)",
+            (time.time(), json.dumps(wake_ids), prompt_chars, self.agent),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -156,10 +167,13 @@ class Records:
         deliver: list[int],
         refund: Sequence[int] = (),
         attempt: Sequence[int] = (),
-    ) -> None:
+        report: TurnReport | None = None,
+    ) -> bool:
         """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction, those
         in `refund` get back the attempt the turn cost them (a turn the service itself cut short), and those
-        in `attempt` are charged one (a turn that failed before the agent started on it)."""
+        in `attempt` are charged one (a turn that failed before the agent started on it). A sub-agent's turn
+        brings its `report` (store/subagents.py), written in the same transaction with its parent's wake:
+        True when that wake was written."""
         now = time.time()
         values = {c: getattr(end, c) for c in _END_COLUMNS}
         if end.result is not None:
@@ -172,6 +186,10 @@ class Records:
             self.wakes.mark_delivered(deliver, turn_id=turn_id, now=now)
             self.wakes.refund(refund)
             self.wakes.charge(attempt)
+            if report is None:
+                return False
+            written = SubagentTable(self.store).after_turn(self.agent, report)
+        return written and report.parent_wake is not None
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""
@@ -190,9 +208,9 @@ class Records:
         `scan` unanswered turns are read, and MAX_ITEMS things of each kind per turn."""
         wanted = set(wake_ids)
         rows = self.db.execute(
-            "SELECT id, started_at, ended_at, wake_ids, outcome, error FROM turns"
-            " WHERE outcome IN ('interrupted', 'failed', 'cancelled') AND started_at >= ? ORDER BY id DESC LIMIT ?",
-            (since, scan),
+            "SELECT id, started_at, ended_at, wake_ids, outcome, error FROM turns WHERE agent = ?"
+            " AND outcome IN ('interrupted', 'failed', 'cancelled') AND started_at >= ? ORDER BY id DESC LIMIT ?",
+            (self.agent, since, scan),
         ).fetchall()
         found = [(row, carried) for row in rows if (carried := [i for i in json.loads(row[3]) if i in wanted])]
         turns = [self._cut_turn(row, carried) for row, carried in reversed(found[:MAX_TURNS])]
@@ -207,7 +225,7 @@ class Records:
             (turn_id, AGENT, MAX_ITEMS),
         ).fetchall()
         (replied,) = self.store.one("SELECT COUNT(*) FROM outbox WHERE turn_id = ? AND source = ?", (turn_id, AGENT))
-        tasks, task_count = TaskTable(self.store).created_between(started, end, limit=MAX_ITEMS)
+        tasks, task_count = TaskTable(self.store).created_between(started, end, limit=MAX_ITEMS, agent=self.agent)
         reminders, reminder_count = self.wakes.created_between(TIMER, started, end, limit=MAX_ITEMS)
         done = [Done("reply", i, "sent to the operator", body) for i, body in replies]
         done += [Done("task", t.id, task_state(t), t.cmd) for t in tasks]
@@ -216,11 +234,13 @@ class Records:
         return CutTurn(turn_id, carried, str(outcome), error if isinstance(error, str) else None, done, more)
 
     def last_turn(self) -> TurnRow | None:
-        row = self.store.one(f"SELECT {_TURN_COLUMNS} FROM turns ORDER BY id DESC LIMIT 1", ())
+        row = self.store.one(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE agent = ? ORDER BY id DESC LIMIT 1", (self.agent,)
+        )
         return None if row is None else TurnRow(**dict(zip(TurnRow.__dataclass_fields__, row, strict=True)))
 
     def turn_count(self) -> int:
-        (n,) = self.store.one("SELECT COUNT(*) FROM turns", ())
+        (n,) = self.store.one("SELECT COUNT(*) FROM turns WHERE agent = ?", (self.agent,))
         return int(n)
 
     # -- outbox --------------------------------------------------------------------------------------

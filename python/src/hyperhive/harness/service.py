@@ -1,7 +1,8 @@
 """`hyperhive agent`: the long-running service, wired together (docs/architecture.md, "The harness service").
 
     lock the state directory ─ open the store ─ host the task engine ─ serve hyperhive's HTTP tools
-    ─ serve the control socket ─ READY=1 ─ run the turn loop until SIGTERM ─ stop the turn ─ end the tasks
+    ─ take up the sub-agents ─ serve the control socket ─ READY=1 ─ run the turn loop until SIGTERM
+    ─ stop the turns (the agent's and its sub-agents') ─ end the tasks
 
 The harness's tables are reached through one `Inbox` (harness/inbox.py), which also rings the loop's
 doorbell and announces on the live feed; the engine reports the wakes of ended tasks to it (`on_wake`).
@@ -24,7 +25,6 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -42,12 +42,14 @@ from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import SystemdNotifier
 from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies
 from hyperhive.harness.startup import Startup
+from hyperhive.harness.subagents import Subagents
 from hyperhive.mcp_servers import McpServers
 from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import Store, describe_sqlite_error
+from hyperhive.store.subagents import SubagentRow
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
@@ -68,11 +70,22 @@ class Service:
     engine: TaskEngine
     runtime: Runtime
     loop: TurnLoop
+    subagents: Subagents
     started_at: float
     http_url: str | None = None
 
     def handlers(self) -> dict[str, Handler]:
-        tools = {t.name: t for t in build_tools(self.engine)}
+        main_tools = {t.name: t for t in build_tools(self.engine)}
+
+        def tools_of(agent: object) -> dict[str, Any]:
+            """The bash tools of the agent a per-turn bash server speaks for (HIVE_AGENT_ID): a sub-agent's
+            tasks run in its directory and wake it."""
+            if agent in (None, 0):
+                return main_tools
+            if not isinstance(agent, int) or isinstance(agent, bool) or agent not in self.subagents.running:
+                raise RequestRefused("bad_request", f"no running sub-agent {agent!r} to run bash tools for")
+            workdir = self.subagents.workdir(agent)
+            return {t.name: t for t in build_tools(self.engine, agent=agent, workdir=workdir)}
 
         async def ping(req: dict[str, Any]) -> Reply:
             return Reply({"pid": os.getpid(), "version": __version__, "state": self.loop.state})
@@ -91,6 +104,7 @@ class Service:
 
         async def tool(req: dict[str, Any]) -> Reply:
             name, arguments = req.get("name"), req.get("arguments", {})
+            tools = tools_of(req.get("agent"))
             target = tools.get(name) if isinstance(name, str) else None
             if target is None:
                 raise RequestRefused("bad_request", f"unknown bash tool {name!r}; tools: {', '.join(tools)}")
@@ -109,7 +123,29 @@ class Service:
             state = {"state": self.loop.state, "turn": self.loop.current_turn}
             return Reply({**state, "next_seq": events.next_seq, "pid": os.getpid()}, events)
 
-        handlers = {"ping": ping, "send": send, "status": status, "tool": tool, "subscribe": subscribe}
+        async def subagents(req: dict[str, Any]) -> Reply:
+            rows = await self.subagents.list(None)
+            return Reply({"subagents": [self._subagent(r) for r in rows]})
+
+        async def subagent_cancel(req: dict[str, Any]) -> Reply:
+            sid = req.get("id")
+            if not isinstance(sid, int) or isinstance(sid, bool):
+                raise RequestRefused("bad_request", "id must be a sub-agent's number")
+            try:
+                row = await self.subagents.cancel(None, sid)
+            except ToolFailure as exc:
+                raise RequestRefused("bad_request", exc.message) from exc
+            return Reply({"subagent": self._subagent(row)})
+
+        handlers = {
+            "ping": ping,
+            "send": send,
+            "status": status,
+            "tool": tool,
+            "subscribe": subscribe,
+            "subagents": subagents,
+            "subagent_cancel": subagent_cancel,
+        }
         return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
 
     def _store_errors_answered(self, op: str, handler: Handler) -> Handler:
@@ -128,8 +164,28 @@ class Service:
 
         return answered
 
+    def _subagent(self, row: SubagentRow) -> dict[str, Any]:
+        return {
+            "id": row.id,
+            "parent": row.parent,
+            "depth": row.depth,
+            "profile": row.profile,
+            "state": row.state,
+            "turn": self.subagents.current_turn(row.id),
+            "turns": row.turns,
+            "busy_secs": round(row.busy_ms / 1000, 1),
+            "context": {"used": row.context_used, "size": row.context_size},
+            "cost_usd": row.cost_usd,
+            "created_at": row.created_at,
+            "ended_at": row.ended_at,
+            "error": row.error,
+            "task": row.task[:200],
+        }
+
     async def status(self) -> dict[str, Any]:
         stored = await self.inbox.summary(getattr(self.runtime, "session_key", self.runtime.name))
+        rows = await self.subagents.list(None)
+        shown = [r for r in rows if not r.final] + [r for r in rows if r.final][:5]
         last = stored.last_turn
         return {
             "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
@@ -143,6 +199,7 @@ class Service:
             "turns": stored.turns,
             "http": self.http_url,
             "subscribers": self.inbox.feed.subscribers,
+            "subagents": [self._subagent(r) for r in sorted(shown, key=lambda r: r.id)],
         }
 
 
@@ -232,21 +289,37 @@ async def _run(
                 return loop.replies if loop is not None else None
 
             startup.at("serve hyperhive's HTTP tools")
-            http_url, mcp_servers = await _start_tools(tg, agent_config, inbox, in_flight)
-            agent_config = dataclasses.replace(agent_config, mcp_servers=mcp_servers)
+            from hyperhive.harness.http_tools import HyperhiveTools
+            from hyperhive.harness.subagent_tools import add_subagent_tools
+
+            tools = HyperhiveTools(agent_config.state_dir, inbox, in_flight=in_flight)
+            subagents = Subagents(agent_config, inbox, engine, sessions, entry=tools.server_entry)
+            tools.extra_tools.append(lambda mcp: add_subagent_tools(mcp, subagents))
+            http_url: str = await tg.start(tools.serve)
+            servers = agent_config.mcp_servers if agent_config.mcp_servers is not None else McpServers()
+            agent_config = dataclasses.replace(
+                agent_config, mcp_servers=servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
+            )
+            subagents.config = agent_config  # the sub-agents' servers are the agent's, each with its own token
             startup.at(f"set up the {config.runtime} runtime")
             runtime = make_runtime(agent_config, sessions)
             loop = TurnLoop(runtime, inbox, transcript=transcript, notifier=notifier, policy=policy)
-            service = Service(agent_config, inbox, engine, runtime, loop, time.time(), http_url)
+            service = Service(agent_config, inbox, engine, runtime, loop, subagents, time.time(), http_url)
+            startup.at("take up the sub-agents", config.state.subagents)
+            await tg.start(subagents.run)
             startup.at("bind the control socket", socket_path)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
             startup.at("watch for stop signals")
-            await tg.start(_watch_signals, loop, engine, tg, config.cancel_grace + STOP_MARGIN, notifier)
+            stop_after = config.cancel_grace + STOP_MARGIN
+            await tg.start(_watch_signals, loop, subagents, engine, tg, stop_after, notifier)
             tg.start_soon(notifier.watchdog)
             startup.done()
             notifier.ready("idle")
             log.info("hyperhive %s serving %s (runtime %s)", __version__, config.state_dir, runtime.name)
             await loop.run()
+            subagents.stop()  # their turns are cut and recorded so, to be had again after the next start
+            with anyio.move_on_after(stop_after):
+                await subagents.stopped()
             tg.cancel_scope.cancel()
     finally:
         # However the loop ended (a signal, a second one, an error): the tasks die with the service from
@@ -259,20 +332,9 @@ async def _run(
     return 0
 
 
-async def _start_tools(
-    tg: TaskGroup, config: Config, inbox: Inbox, in_flight: Callable[[], TurnReplies | None]
-) -> tuple[str, McpServers]:
-    """Serve hyperhive's own tools; the agent's MCP servers gain the `hyperhive` entry (URL and token)."""
-    from hyperhive.harness.http_tools import HyperhiveTools
-
-    tools = HyperhiveTools(config.state_dir, inbox, in_flight=in_flight)
-    url: str = await tg.start(tools.serve)
-    servers = config.mcp_servers if config.mcp_servers is not None else McpServers()
-    return url, servers.with_server(HYPERHIVE_SERVER, tools.server_entry())
-
-
-async def _watch_signals(
+async def _watch_signals(  # noqa: PLR0917  (started with tg.start, which passes arguments by position)
     loop: TurnLoop,
+    subagents: Subagents,
     engine: TaskEngine,
     tg: TaskGroup,
     deadline: float,
@@ -294,6 +356,7 @@ async def _watch_signals(
             engine.host_stopping()
             notifier.stopping()
             interrupted = loop.stop()
+            subagents.stop()
             during = " (interrupting the turn in flight)" if interrupted else ""
             log.info("%s: stopping%s", signal.Signals(signum).name, during)
             tg.start_soon(_deadline, tg, deadline)

@@ -76,6 +76,8 @@ class ClaudeRuntime:
         self.sessions = sessions
         self.kill_grace = kill_grace
         self.leftover_grace = leftover_grace
+        # Its sessions' key in the store: a sub-agent's are its own (Config.session_scope).
+        self.session_key = self.name + config.session_scope
         self._turn: _Turn | None = None
 
     # -- the Runtime operations ----------------------------------------------------------------------
@@ -91,12 +93,12 @@ class ClaudeRuntime:
 
     async def compact(self) -> None:
         """`/compact` on the recorded session; output discarded, failure raised. No session: nothing to do."""
-        if await self.sessions.current(self.name) is None:
+        if await self.sessions.current(self.session_key) is None:
             return
         await self.run("/compact", _Discard())
 
     async def archive(self) -> None:
-        await self.sessions.archive(self.name)
+        await self.sessions.archive(self.session_key)
 
     def interrupt(self) -> bool:
         """Stop the turn in flight: SIGINT to claude's group, the kill ladder after `cancel_grace`.
@@ -137,7 +139,7 @@ class ClaudeRuntime:
     def write_mcp_config(self) -> Path:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
         doc = self.config.agent_mcp_servers().claude_config()
-        path = self.config.state.claude_mcp_config
+        path = self.config.claude_mcp_config
         statedir.make_dirs(path.parent)
         statedir.write_file(path, json.dumps(doc, indent=2))
         return path
@@ -145,7 +147,7 @@ class ClaudeRuntime:
     # -- one turn ------------------------------------------------------------------------------------
 
     async def _run(self, turn: _Turn, prompt: str) -> ResultLine:
-        resume = await self.sessions.current(self.name)
+        resume = await self.sessions.current(self.session_key)
         turn.state.session_id = resume
         try:
             mcp_config = self.write_mcp_config()
@@ -268,7 +270,7 @@ class ClaudeRuntime:
 
     async def _record(self, session_id: str | None) -> None:
         if session_id:
-            await self.sessions.record(self.name, session_id)
+            await self.sessions.record(self.session_key, session_id)
 
     async def _failed(self, turn: _Turn, error: TurnError) -> TurnError:
         """Report the failure as the turn's result line, attach it to the error, and hand the error back."""

@@ -90,3 +90,17 @@ class ProtocolError(TurnError):
 
 class AgentReportedFailure(TurnError):
     """The agent ran the turn and reported failure (an `is_error` result, a JSON-RPC error on the prompt)."""
+
+
+class SessionLost(TurnError):
+    """A session that had to be resumed could not be (a sub-agent after a restart: a fresh session would run
+    its work again without what it knew)."""
+
+    def __init__(self, agent: str, session_id: str, reason: str) -> None:
+        super().__init__(
+            f"the agent {agent!r} cannot resume session {session_id} ({reason}); a new session would not know "
+            "what it had done",
+            agent=agent,
+            session_id=session_id,
+            reason=reason,
+        )

@@ -96,6 +96,36 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE wakes ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX wakes_request_id ON wakes(request_id) WHERE request_id IS NOT NULL;
     """,
+    # 6: sub-agents. Each wake, turn and task belongs to one agent: 0 is the service's own, any other number
+    # a sub-agent's id. A sub-agent is its own session driven by its own turn loop; its answers and
+    # failures reach its parent as wakes (from `subagent-<id>`).
+    """
+    ALTER TABLE wakes ADD COLUMN agent INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN agent INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN agent INTEGER NOT NULL DEFAULT 0;
+    DROP INDEX wakes_pending;
+    CREATE INDEX wakes_pending ON wakes(agent, delivered_at, not_before);
+    CREATE TABLE subagents (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        parent INTEGER NOT NULL,
+        depth INTEGER NOT NULL,
+        profile TEXT NOT NULL,
+        task TEXT NOT NULL,
+        workdir TEXT NOT NULL,
+        worktree INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        ended_at REAL,
+        turns INTEGER NOT NULL DEFAULT 0,
+        busy_ms INTEGER NOT NULL DEFAULT 0,
+        answer TEXT,
+        error TEXT,
+        context_used INTEGER,
+        context_size INTEGER,
+        cost_usd REAL
+    );
+    CREATE INDEX subagents_parent ON subagents(parent, state);
+    """,
 )
 # Every table a migration creates (and SQLite's own for AUTOINCREMENT), read from the migrations so the
 # list cannot fall behind them: a version-0 database holding any other table is not ours.

@@ -40,6 +40,8 @@ class TaskRow:
     # From the task's cgroup, when it ran in one: CPU time (user + system) and peak memory in bytes.
     cpu_usec: int | None = None
     memory_peak: int | None = None
+    # The agent that started it (0: the service's own; else a sub-agent's id): its end wakes that agent.
+    agent: int = 0
 
     @property
     def final(self) -> bool:
@@ -69,12 +71,14 @@ class TaskTable:
         self.store = store
         self._wakes = WakeTable(store)
 
-    def create(self, cmd: str, cwd: str, timeout_secs: float | None, owner_pid: int, owner_start: str) -> TaskRow:
+    def create(  # noqa: PLR0917  (the engine binds them with functools.partial, in this order)
+        self, cmd: str, cwd: str, timeout_secs: float | None, owner_pid: int, owner_start: str, agent: int = 0
+    ) -> TaskRow:
         now = time.time()
         cur = self.store.db.execute(
-            "INSERT INTO tasks (cmd, cwd, status, timeout_secs, created_at, owner_pid, owner_start)"
-            " VALUES (?, ?, 'pending', ?, ?, ?, ?)",
-            (cmd, cwd, timeout_secs, now, owner_pid, owner_start),
+            "INSERT INTO tasks (cmd, cwd, status, timeout_secs, created_at, owner_pid, owner_start, agent)"
+            " VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)",
+            (cmd, cwd, timeout_secs, now, owner_pid, owner_start, agent),
         )
         assert cur.lastrowid is not None
         return self.get(cur.lastrowid)
@@ -96,18 +100,24 @@ class TaskTable:
         rows = self.store.db.execute(f"SELECT {_COLUMNS} FROM tasks ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [_task(r) for r in rows]
 
-    def created_between(self, start: float, end: float, *, limit: int) -> tuple[list[TaskRow], int]:
-        """The first `limit` tasks created in [start, end], oldest first, and how many there are in all (the
-        tasks a turn started, for the prompt that carries its wakes again)."""
+    def created_between(self, start: float, end: float, *, limit: int, agent: int = 0) -> tuple[list[TaskRow], int]:
+        """The first `limit` tasks `agent` created in [start, end], oldest first, and how many there are in all
+        (the tasks a turn started, for the prompt that carries its wakes again)."""
         rows = self.store.db.execute(
-            f"SELECT {_COLUMNS} FROM tasks WHERE created_at BETWEEN ? AND ? ORDER BY id LIMIT ?", (start, end, limit)
+            f"SELECT {_COLUMNS} FROM tasks WHERE agent = ? AND created_at BETWEEN ? AND ? ORDER BY id LIMIT ?",
+            (agent, start, end, limit),
         ).fetchall()
-        (count,) = self.store.one("SELECT COUNT(*) FROM tasks WHERE created_at BETWEEN ? AND ?", (start, end))
+        (count,) = self.store.one(
+            "SELECT COUNT(*) FROM tasks WHERE agent = ? AND created_at BETWEEN ? AND ?", (agent, start, end)
+        )
         return [_task(r) for r in rows], int(count)
 
-    def unfinished(self) -> list[TaskRow]:
+    def unfinished(self, *, agent: int | None = None) -> list[TaskRow]:
+        """Tasks not yet ended (of every agent, or of `agent` alone), oldest first."""
         rows = self.store.db.execute(
-            f"SELECT {_COLUMNS} FROM tasks WHERE status IN ('pending', 'running') ORDER BY id"
+            f"SELECT {_COLUMNS} FROM tasks WHERE status IN ('pending', 'running') AND (? IS NULL OR agent = ?)"
+            " ORDER BY id",
+            (agent, agent),
         ).fetchall()
         return [_task(r) for r in rows]
 
@@ -172,6 +182,7 @@ class TaskTable:
             )
             if cur.rowcount == 0:
                 return False
-            if wake is not None:
-                self._wakes.insert(wake[0], wake[1], now=now)
+            if wake is not None:  # owed to the agent that started the task
+                (agent,) = db.execute("SELECT agent FROM tasks WHERE id = ?", (task_id,)).fetchall()[0]
+                self._wakes.for_agent(int(agent)).insert(wake[0], wake[1], now=now)
         return True

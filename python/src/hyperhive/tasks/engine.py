@@ -57,8 +57,9 @@ class TaskEngine:
     """Runs and supervises background tasks. Use as `async with TaskEngine(...) as engine:`.
 
     `cgroup`: `auto`, `off` or a parent cgroup directory (see `procs/cgroup.py`); None reads `HIVE_CGROUP`.
-    `on_wake()` is called on the event loop, once, after a task's end and its wake are committed (the
-    harness's inbox rings its doorbell there); the wake is written in the task's own transaction.
+    `on_wake(agent)` is called on the event loop, once, after a task's end and its wake are committed (the
+    harness's inbox rings that agent's doorbell there); the wake is written in the task's own transaction and
+    is owed to the agent that started the task (`run(agent=...)`: 0 for the service's own).
     `kill_grace`: between TERM and KILL, for a kill, a timeout and the shutdown.
 
     Not entered, it still answers `status`, `kill` and `view` of tasks other processes host (the CLI).
@@ -73,7 +74,7 @@ class TaskEngine:
         kill_grace: float = 2.0,
         env: Mapping[str, str] | None = None,
         cgroup: str | Path | None = None,
-        on_wake: Callable[[], None] | None = None,
+        on_wake: Callable[[int], None] | None = None,
         leftover_poll: float = LEFTOVER_POLL,
     ) -> None:
         self.table = table
@@ -172,13 +173,23 @@ class TaskEngine:
 
     # -- operations ----------------------------------------------------------------------------------
 
-    async def run(self, cmd: str, timeout_secs: object = None, wait_seconds: object = DEFAULT_WAIT) -> RunResult:
+    async def run(
+        self,
+        cmd: str,
+        timeout_secs: object = None,
+        wait_seconds: object = DEFAULT_WAIT,
+        *,
+        agent: int = 0,
+        workdir: Path | None = None,
+    ) -> RunResult:
+        """Start `cmd` for `agent` (whom its end wakes), in `workdir` (the engine's by default)."""
         cmd = check_cmd(cmd)
         timeout = check_timeout(timeout_secs)
         wait = check_wait(wait_seconds)
         tg = self._require_started()
 
-        create = functools.partial(self.table.create, cmd, str(self.workdir), timeout, self._pid, self._start)
+        cwd = str(self.workdir if workdir is None else workdir)
+        create = functools.partial(self.table.create, cmd, cwd, timeout, self._pid, self._start, agent)
         row = await self._journal.call(create, what="the task was not started")
         live = await self._tasks.start(row, self._cgroups, tg)
         if live is None:
@@ -199,6 +210,14 @@ class TaskEngine:
         if not row.final and wait > 0:
             row = await self._poll_store(tid, wait)
         return self.view(row)
+
+    async def kill_agent_tasks(self, agent: int) -> list[int]:
+        """Kill every task `agent` started that runs here (a sub-agent cancelled); their ids."""
+        ids = [tid for tid, live in self._tasks.live.items() if live.row.agent == agent]
+        async with anyio.create_task_group() as tg:
+            for tid in ids:
+                tg.start_soon(self.kill, tid)
+        return ids
 
     async def kill(self, task_id: object) -> KillResult:
         tid = check_id(task_id)

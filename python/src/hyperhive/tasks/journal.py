@@ -48,12 +48,12 @@ class End:
 class Journal:
     """The tasks' rows as the engine answers them: the store's, unless a change is still unwritten.
 
-    `wake_body(row)` says what the agent reads when a task ends unwatched; `on_wake()` is called on the
-    event loop, once, after an end and its wake are committed.
+    `wake_body(row)` says what the agent reads when a task ends unwatched; `on_wake(agent)` is called on
+    the event loop, once, after an end and its wake (owed to `agent`, who started the task) are committed.
     """
 
     def __init__(
-        self, table: TaskTable, *, wake_body: Callable[[TaskRow], str], on_wake: Callable[[], None] | None = None
+        self, table: TaskTable, *, wake_body: Callable[[TaskRow], str], on_wake: Callable[[int], None] | None = None
     ) -> None:
         self.table = table
         self._wake_body = wake_body
@@ -208,7 +208,7 @@ class Journal:
             if failures:
                 log.warning("task %d: its end is recorded after %d failed attempt(s)", row.id, failures)
             if recorded and end.wake is not None and self._on_wake is not None:
-                self._on_wake()
+                self._on_wake(row.agent)
             if self.ends.get(row.id) is end:
                 del self.ends[row.id]
             end.written.set()

@@ -21,6 +21,7 @@ from hyperhive.tasks.args import DEFAULT_WAIT, MAX_WAIT, check_cmd, check_id, ch
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from hyperhive.tasks.engine import TaskEngine
@@ -165,8 +166,9 @@ def _only(args: dict[str, Any], *allowed: str) -> None:
 # --- the handlers --------------------------------------------------------------------------------------
 
 
-def build_tools(engine: TaskEngine) -> list[Tool]:
-    """The four tools, in SPECS' order, each running against `engine`."""
+def build_tools(engine: TaskEngine, *, agent: int = 0, workdir: Path | None = None) -> list[Tool]:
+    """The four tools, in SPECS' order, each running against `engine`, for `agent` (0: the service's own; a
+    sub-agent's id: its tasks wake it, not its parent) in `workdir` (the engine's by default)."""
     # Not at the top: these need the engine and the store, which the forwarding server never imports.
     from dataclasses import replace
 
@@ -174,7 +176,7 @@ def build_tools(engine: TaskEngine) -> list[Tool]:
 
     async def run(args: dict[str, Any]) -> ToolResult:
         asked = RunArgs.parse(args)
-        result = await engine.run(asked.cmd, asked.timeout_secs, asked.wait_seconds)
+        result = await engine.run(asked.cmd, asked.timeout_secs, asked.wait_seconds, agent=agent, workdir=workdir)
         row = result.view.row
         if result.finished_inline or row.final:
             return _result(format_view(result.view), summary(row), view_dict(result.view))

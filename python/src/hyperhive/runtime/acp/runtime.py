@@ -34,6 +34,7 @@ from hyperhive.runtime.errors import (
     IdleKilled,
     IdleTimeout,
     ProtocolError,
+    SessionLost,
     TurnError,
     Unsupported,
 )
@@ -94,12 +95,15 @@ class AcpRuntime:
         self.shutdown_grace = shutdown_grace
         self.leftover_grace = leftover_grace
         self.max_line_bytes = max_line_bytes
-        self.session_key = f"acp:{config.acp_command}"
+        self.session_key = f"acp:{config.acp_command}{config.session_scope}"
         self.mcp_servers = config.agent_mcp_servers()
         self._link: AgentLink | None = None
         self._control: StopControl | None = None
         self._lock = anyio.Lock()
         self._closed = False
+        # A recorded session that cannot be loaded fails the turn (SessionLost) instead of starting afresh:
+        # a sub-agent taken up after a restart must not redo its work without knowing what it did.
+        self.must_resume = False
 
     # -- Runtime -------------------------------------------------------------------------------------------
 
@@ -335,8 +339,12 @@ class AcpRuntime:
                     await link.load_session(recorded, cwd, servers, within=self.start_timeout)
                     return recorded
                 except LoadFailed as exc:
+                    if self.must_resume:
+                        raise SessionLost(self.command, recorded, str(exc)) from exc
                     logger.warning("%s could not load session %s (%s); starting a new one", link.label, recorded, exc)
             else:
+                if self.must_resume:
+                    raise SessionLost(self.command, recorded, "it does not offer loadSession")
                 logger.info("%s does not offer loadSession; starting a new session", link.label)
         return await link.new_session(cwd, servers, within=self.start_timeout)
 

@@ -1,0 +1,487 @@
+"""Sub-agents: an agent delegates work to other agents, each driven through the runtime layer like itself.
+
+A sub-agent is a row of the store (store/subagents.py) and, while the service runs, a turn loop
+(harness/loop.py) over its own view of the inbox, with its own runtime (its profile's, or its parent's
+own), session, transcript, working directory (its parent's, or a fresh git worktree of it) and bash tasks
+(which wake it, not its parent). What it is owed arrives as wakes, as for the service's agent: its task
+and its parent's messages (`from: parent`), its tasks' ends, its reminders. What it answers goes back the
+same way: the end of each of its turns writes, in that turn's own transaction, a wake for its parent
+(`from: subagent-<id>`) with the answer or the failure, so a result is never lost and never told twice.
+A parent waiting inline (`start` with `wait_seconds`) gets the answer there instead of as a wake.
+
+Limits: sub-agents working at once per parent, depth (a sub-agent may start its own only when its profile
+allows and the depth permits), a time budget of turn time per sub-agent, and its runtime's idle watchdog.
+
+A restart takes up every sub-agent that has not ended: the cut turn's wakes are carried again in its
+resumed session (session/load, claude's resume); an ACP agent that cannot resume it ends the sub-agent
+`interrupted`, with a wake for the parent (`SessionLost`). Cancelling ends its turn through the runtime,
+kills its tasks and its own sub-agents; its parent is woken unless it cancelled it itself (its tool said so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from hyperhive import statedir
+from hyperhive.config import Config
+from hyperhive.errors import ToolFailure
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.loop import LoopPolicy, TurnLoop
+from hyperhive.harness.records import TurnEnd
+from hyperhive.harness.replies import HYPERHIVE_SERVER
+from hyperhive.mcp_servers import HttpServer, McpServers
+from hyperhive.procs.run import run as run_command
+from hyperhive.runtime import Runtime, make_runtime
+from hyperhive.runtime.base import Sink
+from hyperhive.runtime.errors import SessionLost, TurnError
+from hyperhive.runtime.sessions import Sessions
+from hyperhive.runtime.stream import ResultLine
+from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.store.subagents import SubagentRow, SubagentState, TurnReport
+from hyperhive.subagent_profiles import DEFAULT_PROFILE, Profile
+from hyperhive.tasks.engine import TaskEngine
+
+log = logging.getLogger("hyperhive.harness.subagents")
+
+MAX_WAIT = 30.0  # as the bash tool `run`'s wait_seconds
+MAX_TASK_CHARS = 64 * 1024
+# How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
+WAKE_ANSWER_CHARS = 8000
+# A sub-agent's failed turn is told to its parent at once, not retried behind its back.
+SUBAGENT_POLICY = LoopPolicy(max_attempts=1, backoff_base=0.5, backoff_cap=5.0)
+GIT_TIMEOUT = 60.0
+
+
+def _bounded(text: str, subagent_id: int) -> str:
+    if len(text) <= WAKE_ANSWER_CHARS:
+        return text
+    return (
+        text[:WAKE_ANSWER_CHARS]
+        + f"\n[the answer goes on: {len(text)} characters in all; subagent_status(id={subagent_id}) shows it whole]"
+    )
+
+
+@dataclass(eq=False)
+class _Running:
+    """A sub-agent whose loop runs in this service."""
+
+    row: SubagentRow
+    budget: float
+    runtime: Runtime | None = None
+    loop: TurnLoop | None = None
+    waiters: int = 0
+    inline: TurnReport | None = None  # a report decided for an inline waiter: no wake was written
+    reported: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    busy_ms: int = 0
+    spent: bool = False
+    lost: SessionLost | None = None
+
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    def budget_left(self) -> float:
+        return self.budget - self.busy_ms / 1000
+
+
+class _Reporter:
+    """What each turn end of one sub-agent tells its parent (harness/loop.py's `Reporter`)."""
+
+    def __init__(self, running: _Running) -> None:
+        self.running = running
+        self.parent = running.row.parent
+
+    def report(self, end: TurnEnd) -> TurnReport:
+        r = self.running
+        sid = r.id
+        r.busy_ms += end.duration_ms or 0
+        answer = None
+        state: SubagentState
+        if r.lost is not None:
+            state, error = "interrupted", f"the service restarted and {r.lost.message}"
+            wake = f"sub-agent {sid} was interrupted: {error}. Start a new one to do its task again."
+        elif r.spent:
+            state, error = "spent", f"its time budget of {r.budget:g} s of turns is spent"
+            wake = f"sub-agent {sid} was stopped: {error}. Its last answer, if any: subagent_status(id={sid})."
+        elif end.outcome == "answered":
+            state, error, answer = "idle", None, end.result or ""
+            wake = _bounded(answer, sid) if answer.strip() else f"sub-agent {sid} ended its turn without a word."
+        else:
+            state, error = "failed", end.error or f"its turn ended {end.outcome}"
+            wake = (
+                f"sub-agent {sid} failed: {error}\nsubagent_message(id={sid}) has it try again; "
+                f"subagent_cancel(id={sid}) ends it."
+            )
+        report = TurnReport(
+            state=state,
+            busy_ms=end.duration_ms or 0,
+            answer=answer,
+            error=error,
+            context_used=end.context_used,
+            context_size=end.context_size,
+            cost_usd=end.cost_usd,
+        )
+        if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
+            r.inline = report
+        else:
+            report = dataclasses.replace(report, parent_wake=wake)
+        if report.state in ("interrupted", "spent") and r.loop is not None:
+            r.loop.stop()  # ended for good: its loop ends once this turn's end is written
+        return report
+
+    def recorded(self) -> None:
+        """The turn's end (and its report) is written: whoever waits for it looks."""
+        event, self.running.reported = self.running.reported, anyio.Event()
+        event.set()
+
+
+class _Budgeted:
+    """The sub-agent's runtime with its time budget enforced: the turn is interrupted when it runs out."""
+
+    def __init__(self, inner: Runtime, running: _Running) -> None:
+        self.inner = inner
+        self.running = running
+        self.name = inner.name
+
+    async def run(self, prompt: str, sink: Sink) -> ResultLine:
+        left = self.running.budget_left()
+        if left <= 0:
+            self.running.spent = True
+            raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch, left)
+            try:
+                return await self.inner.run(prompt, sink)
+            except SessionLost as exc:
+                self.running.lost = exc
+                raise
+            finally:
+                tg.cancel_scope.cancel()
+        raise AssertionError("unreachable: the turn returned or raised")  # for the type checker
+
+    async def _watch(self, left: float) -> None:
+        await anyio.sleep(left)
+        self.running.spent = True
+        log.warning("sub-agent %d spent its time budget: interrupting its turn", self.running.id)
+        self.inner.interrupt()
+
+    async def compact(self) -> None:
+        await self.inner.compact()
+
+    async def archive(self) -> None:
+        await self.inner.archive()
+
+    def interrupt(self) -> bool:
+        return self.inner.interrupt()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class Subagents:
+    """Every sub-agent of the service: started, driven, messaged, cancelled, taken up after a restart.
+
+    `entry(agent)` is an agent's `hyperhive` MCP entry (its own token); `run` serves until cancelled, in the
+    service's task group. Callers are agents (`by`: 0 for the service's own, a sub-agent's id) or the
+    operator (`by=None`, who may reach any sub-agent).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        inbox: Inbox,
+        engine: TaskEngine,
+        sessions: Sessions,
+        *,
+        entry: Callable[[int], HttpServer],
+        policy: LoopPolicy = SUBAGENT_POLICY,
+    ) -> None:
+        self.config = config
+        self.inbox = inbox
+        self.engine = engine
+        self.sessions = sessions
+        self.entry = entry
+        self.policy = policy
+        self.limits = config.subagent_limits
+        self.running: dict[int, _Running] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._starting = anyio.Lock()  # one start at a time: the concurrency check and the insert agree
+
+    # -- the service's side --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Take up the sub-agents a previous service left, then keep their loops until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            for row in await self.inbox.live_subagents():
+                self._take_up(row, restarted=True)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def stop(self) -> None:
+        """The service is stopping: every sub-agent's turn is interrupted (its wakes are carried again)."""
+        for running in list(self.running.values()):
+            if running.loop is not None:
+                running.loop.stop()
+
+    async def stopped(self) -> None:
+        """Wait until every sub-agent's loop has ended (the caller bounds it)."""
+        for running in list(self.running.values()):
+            await running.done.wait()
+
+    def workdir(self, agent: int) -> Path:
+        """Where an agent works (and its tasks run): a sub-agent's own, else the service's."""
+        running = self.running.get(agent)
+        return self.config.workdir if running is None else self._workdir_of(running.row)
+
+    def profile(self, name: str) -> Profile:
+        if name == DEFAULT_PROFILE and name not in self.config.subagents:
+            return Profile(name=DEFAULT_PROFILE)
+        found = self.config.subagents.get(name)
+        if found is None:
+            raise ToolFailure(f"no sub-agent profile {name!r}; profiles: {', '.join(self.profile_names())}")
+        return found
+
+    def profile_names(self) -> list[str]:
+        return sorted({DEFAULT_PROFILE, *self.config.subagents})
+
+    # -- operations ----------------------------------------------------------------------------------
+
+    async def start(
+        self, by: int, task: str, profile_name: str | None = None, wait: float = 0.0
+    ) -> tuple[SubagentRow, TurnReport | None]:
+        """Start a sub-agent of `by` on `task`; its row, and its first turn's report if it came within `wait`."""
+        if not task.strip():
+            raise ToolFailure("task is empty: say what the sub-agent is to do")
+        if len(task) > MAX_TASK_CHARS:
+            raise ToolFailure(f"task is {len(task)} characters; at most {MAX_TASK_CHARS} (put the rest in a file)")
+        if not (math.isfinite(wait) and 0 <= wait <= MAX_WAIT):
+            raise ToolFailure(f"wait_seconds must be between 0 and {MAX_WAIT:g}, not {wait!r}")
+        profile = self.profile(profile_name or DEFAULT_PROFILE)
+        async with self._starting:
+            depth = await self._depth_allowed(by)
+            working = await self.inbox.working_subagents(by)
+            if working >= self.limits.max_concurrent:
+                raise ToolFailure(
+                    f"{working} sub-agents are working already, the most one agent may have at once "
+                    f"(HIVE_SUBAGENT_MAX_CONCURRENT={self.limits.max_concurrent}): wait for one to answer, "
+                    "or cancel one (subagent_list, subagent_cancel)"
+                )
+            parent_dir = await self._parent_workdir(by)
+            if profile.worktree:
+                await self._check_git(parent_dir)
+            row = await self.inbox.create_subagent(
+                depth=depth,
+                profile=profile.name,
+                task=task,
+                workdir=str(parent_dir),
+                worktree=profile.worktree,
+                first_prompt=self._first_prompt(by, task, profile, parent_dir),
+            )
+        if profile.worktree:
+            try:
+                await self._make_worktree(parent_dir, self._workdir_of(row))
+            except ToolFailure as exc:
+                await self.inbox.end_subagent(row.id, "interrupted", exc.message, parent_wake=None)
+                raise
+        log.info("sub-agent %d started by %s (profile %s, depth %d)", row.id, _who(by), profile.name, depth)
+        running = self._take_up(row, restarted=False)
+        if wait <= 0:
+            return row, None
+        return row, await self._wait_inline(running, wait)
+
+    async def message(self, by: int | None, subagent_id: int, body: str) -> SubagentRow:
+        row = await self._own(by, subagent_id)
+        if not body.strip():
+            raise ToolFailure("the message is empty")
+        if len(body) > MAX_TASK_CHARS:
+            raise ToolFailure(f"the message is {len(body)} characters; at most {MAX_TASK_CHARS}")
+        if row.final:
+            raise ToolFailure(f"sub-agent {subagent_id} has ended ({row.state}: {row.error}); start a new one")
+        if row.state != "working":
+            async with self._starting:
+                working = await self.inbox.working_subagents(row.parent)
+            if working >= self.limits.max_concurrent:
+                raise ToolFailure(
+                    f"{working} sub-agents are working already (HIVE_SUBAGENT_MAX_CONCURRENT="
+                    f"{self.limits.max_concurrent}); message it once one of them has answered"
+                )
+        updated = await self.inbox.message_subagent(subagent_id, body)
+        if updated is None:
+            raise ToolFailure(f"sub-agent {subagent_id} has ended; start a new one")
+        if subagent_id not in self.running:
+            self._take_up(updated, restarted=False)
+        return updated
+
+    async def cancel(self, by: int | None, subagent_id: int, *, why: str | None = None) -> SubagentRow:
+        """End a sub-agent for good: its turn cancelled through the runtime, its tasks killed, its own
+        sub-agents cancelled; its parent woken unless the parent asked (its tool call answers it)."""
+        row = await self._own(by, subagent_id)
+        if row.final:
+            return row
+        reason = why or ("cancelled by the operator" if by is None else f"cancelled by {_who(by)}")
+        for child in await self.inbox.subagents(parent=subagent_id):
+            if not child.final:
+                await self.cancel(None, child.id, why=f"its parent, sub-agent {subagent_id}, was cancelled")
+        told = None if by == row.parent else f"sub-agent {subagent_id} was {reason}."
+        await self.inbox.end_subagent(subagent_id, "cancelled", reason, parent_wake=told)
+        running = self.running.get(subagent_id)
+        if running is not None and running.loop is not None:
+            running.loop.stop()
+            with anyio.move_on_after(self.config.cancel_grace + 5.0):
+                await running.done.wait()
+        killed = await self.engine.kill_agent_tasks(subagent_id)
+        log.info("sub-agent %d %s (tasks killed: %s)", subagent_id, reason, killed or "none")
+        return await self._row(subagent_id)
+
+    async def status(self, by: int | None, subagent_id: int) -> SubagentRow:
+        return await self._own(by, subagent_id)
+
+    async def list(self, by: int | None) -> list[SubagentRow]:
+        return await self.inbox.subagents(parent=by)
+
+    def current_turn(self, subagent_id: int) -> int | None:
+        running = self.running.get(subagent_id)
+        return None if running is None or running.loop is None else running.loop.current_turn
+
+    # -- inside --------------------------------------------------------------------------------------
+
+    async def _row(self, subagent_id: int) -> SubagentRow:
+        row = await self.inbox.subagent(subagent_id)
+        if row is None:
+            raise ToolFailure(f"no sub-agent {subagent_id}")
+        return row
+
+    async def _own(self, by: int | None, subagent_id: int) -> SubagentRow:
+        row = await self.inbox.subagent(subagent_id)
+        if row is None or (by is not None and row.parent != by):
+            raise ToolFailure(f"no sub-agent {subagent_id} of yours (subagent_list shows yours)")
+        return row
+
+    async def _depth_allowed(self, by: int) -> int:
+        if by == 0:
+            depth = 1
+        else:
+            parent = await self._row(by)
+            if not self.profile(parent.profile).delegate:
+                raise ToolFailure(
+                    f"your profile ({parent.profile}) does not let you start sub-agents; do the work yourself"
+                )
+            depth = parent.depth + 1
+        if depth > self.limits.max_depth:
+            raise ToolFailure(
+                f"a sub-agent here would be at depth {depth}; the most is {self.limits.max_depth} "
+                "(HIVE_SUBAGENT_MAX_DEPTH): do the work yourself"
+            )
+        return depth
+
+    async def _parent_workdir(self, by: int) -> Path:
+        return self.config.workdir if by == 0 else self._workdir_of(await self._row(by))
+
+    def _workdir_of(self, row: SubagentRow) -> Path:
+        return self.config.state.subagent(row.id) / "worktree" if row.worktree else Path(row.workdir)
+
+    async def _check_git(self, parent_dir: Path) -> None:
+        result = await self._git(parent_dir, "rev-parse", "--show-toplevel")
+        if result is not None:
+            raise ToolFailure(
+                f"this profile runs in a git worktree, but {parent_dir} is not in a git repository: {result}"
+            )
+
+    async def _make_worktree(self, parent_dir: Path, path: Path) -> None:
+        statedir.make_dirs(path.parent)
+        problem = await self._git(parent_dir, "worktree", "add", "--detach", str(path), "HEAD")
+        if problem is not None:
+            raise ToolFailure(f"cannot make a git worktree of {parent_dir} at {path}: {problem}")
+
+    async def _git(self, cwd: Path, *args: str) -> str | None:
+        """Run git; None when it succeeded, else what went wrong."""
+        try:
+            with anyio.fail_after(GIT_TIMEOUT):
+                done = await run_command(["git", "-C", str(cwd), *args])
+        except OSError as exc:
+            return f"git cannot be run ({exc.strerror or exc}); add git to the service's path"
+        except TimeoutError:
+            return f"git did not finish within {GIT_TIMEOUT:g} s"
+        if done.returncode != 0:
+            return done.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {done.returncode}"
+        return None
+
+    def _first_prompt(self, by: int, task: str, profile: Profile, parent_dir: Path) -> str:
+        where = "a git worktree of your parent's directory" if profile.worktree else str(parent_dir)
+        delegate = "" if profile.delegate else " You cannot start sub-agents of your own."
+        return (
+            f"You are a sub-agent, started by {_who(by)} to do the task below. You work in {where}. "
+            "Your final message in each turn is your answer: it goes to the agent that started you, and only "
+            "to it (the operator does not read you, and hyperhive's `reply` is not for you). Your background "
+            "bash tasks wake you when they end, and messages from that agent come as `parent`."
+            f"{delegate}\n\nThe task:\n{task}"
+        )
+
+    def _take_up(self, row: SubagentRow, *, restarted: bool) -> _Running:
+        """Give a sub-agent its runtime and loop, running in the service's task group."""
+        assert self._tg is not None, "Subagents.run() first"
+        profile = self.profile(row.profile) if row.profile in self.profile_names() else Profile(name=row.profile)
+        running = _Running(row, budget=profile.budget or self.limits.budget, busy_ms=row.busy_ms)
+        servers = self.config.mcp_servers if self.config.mcp_servers is not None else McpServers()
+        config = dataclasses.replace(
+            self.config,
+            **profile.changes(self.config.claude_args),
+            agent_id=row.id,
+            workdir=self._workdir_of(row),
+            mcp_servers=servers.with_server(HYPERHIVE_SERVER, self.entry(row.id)),
+        )
+        inner = make_runtime(config, self.sessions)
+        if restarted and hasattr(inner, "must_resume"):
+            inner.must_resume = True
+        running.runtime = _Budgeted(inner, running)
+        running.loop = TurnLoop(
+            running.runtime,
+            self.inbox.for_agent(row.id),
+            transcript=TranscriptSink(self.config.state.transcripts),
+            notifier=None,
+            policy=self.policy,
+            reporter=_Reporter(running),
+        )
+        self.running[row.id] = running
+        self._tg.start_soon(self._drive, running)
+        return running
+
+    async def _drive(self, running: _Running) -> None:
+        assert running.loop is not None and running.runtime is not None
+        try:
+            await running.loop.run()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.cancel_grace + 5.0):
+                await running.runtime.aclose()
+            running.loop.transcript.close()
+            self.inbox.forget_agent(running.id)
+            self.running.pop(running.id, None)
+            running.done.set()
+            running.reported.set()
+
+    async def _wait_inline(self, running: _Running, wait: float) -> TurnReport | None:
+        """The first turn's report if it comes within `wait`; None (a wake will tell) otherwise."""
+        running.waiters += 1
+        try:
+            with anyio.move_on_after(wait):
+                while running.inline is None and not running.done.is_set():
+                    await running.reported.wait()
+        finally:
+            running.waiters -= 1
+        # Set when the report was decided (synchronously, with the waiter still counted), never lost: were the
+        # wait to run out while that end is being written, no wake is written for it and it is returned here.
+        return running.inline
+
+
+def _who(agent: int) -> str:
+    return "the service's agent" if agent == 0 else f"sub-agent {agent}"

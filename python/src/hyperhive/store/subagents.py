@@ -1,0 +1,210 @@
+"""The `subagents` table: one row per sub-agent an agent started, and the one module that writes it.
+
+A sub-agent is its own session of its own agent process, driven turn after turn like the service's agent
+(harness/subagents.py). Its row says who started it (`parent`: 0 for the service's own agent), how deep it
+is, which profile runs it and where, and where it stands:
+
+    working ─ its turn ends answered ─▶ idle ─ a message from its parent ─▶ working
+       │ ─ its turn fails ─▶ failed ─ a message ─▶ working
+       └ cancelled · interrupted (its agent could not resume it) · spent (its time budget is used up): final
+
+Every change is written together with what follows from it, in one transaction: a sub-agent and the wake
+that carries its task; a turn's end and the wake that tells the parent (inside the turn's own transaction,
+harness/records.py), so an answer reaches its parent once, never lost and never twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from hyperhive.store.database import Store
+from hyperhive.store.wakes import WakeTable
+
+SubagentState = Literal["working", "idle", "failed", "cancelled", "interrupted", "spent"]
+SUBAGENT_STATES: tuple[str, ...] = get_args(SubagentState)
+FINAL_STATES = frozenset({"cancelled", "interrupted", "spent"})
+# Whole answers are kept (the parent's wake carries a bounded part); beyond this they are cut, saying so.
+MAX_ANSWER_CHARS = 1_000_000
+# The source of the wakes a parent sends its sub-agent (its task, then its messages).
+PARENT = "parent"
+
+
+def source_of(subagent_id: int) -> str:
+    """How a sub-agent's wakes to its parent are signed (the prompt's `from`)."""
+    return f"subagent-{subagent_id}"
+
+
+@dataclass(frozen=True)
+class SubagentRow:
+    id: int
+    parent: int
+    depth: int
+    profile: str
+    task: str
+    workdir: str
+    worktree: bool
+    state: SubagentState
+    created_at: float
+    ended_at: float | None
+    turns: int
+    busy_ms: int
+    answer: str | None
+    error: str | None
+    context_used: int | None
+    context_size: int | None
+    cost_usd: float | None
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+@dataclass(frozen=True)
+class TurnReport:
+    """What a sub-agent's turn end changes in its row, and the wake it sends its parent (None: none, as when
+    the parent waits for the answer inline and gets it there)."""
+
+    state: SubagentState
+    busy_ms: int
+    answer: str | None = None
+    error: str | None = None
+    context_used: int | None = None
+    context_size: int | None = None
+    cost_usd: float | None = None
+    parent_wake: str | None = None
+
+
+_COLUMNS = ", ".join(SubagentRow.__dataclass_fields__)
+
+
+def _row(values: tuple[object, ...]) -> SubagentRow:
+    fields = dict(zip(SubagentRow.__dataclass_fields__, values, strict=True))
+    fields["worktree"] = bool(fields["worktree"])
+    return SubagentRow(**fields)  # type: ignore[arg-type]
+
+
+class SubagentTable:
+    """The subagents table on one store connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._wakes = WakeTable(store)
+
+    # -- writes --------------------------------------------------------------------------------------
+
+    def create(
+        self, *, parent: int, depth: int, profile: str, task: str, workdir: str, worktree: bool, first_prompt: str
+    ) -> SubagentRow:
+        """A new sub-agent, working, and the wake carrying its first prompt (one transaction)."""
+        now = time.time()
+        with self.store.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO subagents (parent, depth, profile, task, workdir, worktree, state, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'working', ?)",
+                (parent, depth, profile, task, workdir, int(worktree), now),
+            )
+            assert cur.lastrowid is not None
+            self._wakes.for_agent(cur.lastrowid).insert(PARENT, first_prompt, now=now)
+        return self.get(cur.lastrowid)
+
+    def message(self, subagent_id: int, body: str) -> SubagentRow | None:
+        """A follow-up from the parent: a wake for the sub-agent, which is working again (one transaction).
+        None when it has ended for good (nothing is stored)."""
+        with self.store.transaction() as db:
+            row = self.find(subagent_id)
+            if row is None or row.final:
+                return None
+            db.execute("UPDATE subagents SET state = 'working' WHERE id = ?", (subagent_id,))
+            self._wakes.for_agent(subagent_id).insert(PARENT, body)
+        return self.get(subagent_id)
+
+    def after_turn(self, subagent_id: int, report: TurnReport) -> bool:
+        """Record a turn's end on the sub-agent and, when the report has one, the parent's wake. Joins the
+        caller's transaction (the turn's end). A sub-agent that ended for good meanwhile (cancelled while
+        the turn wound down) keeps its state and sends nothing: False."""
+        now = time.time()
+        answer = report.answer
+        if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+            answer = answer[:MAX_ANSWER_CHARS] + f"\n[cut: the answer was {len(answer)} characters]"
+        with self.store.transaction() as db:
+            row = self.find(subagent_id)
+            if row is None or row.final:
+                return False
+            db.execute(
+                "UPDATE subagents SET state = ?, turns = turns + 1, busy_ms = busy_ms + ?,"
+                " answer = COALESCE(?, answer), error = ?, context_used = COALESCE(?, context_used),"
+                " context_size = COALESCE(?, context_size), cost_usd = COALESCE(?, 0) + COALESCE(cost_usd, 0),"
+                " ended_at = CASE WHEN ? IN ('cancelled', 'interrupted', 'spent') THEN ? END WHERE id = ?",
+                (
+                    report.state,
+                    report.busy_ms,
+                    answer,
+                    report.error,
+                    report.context_used,
+                    report.context_size,
+                    report.cost_usd,
+                    report.state,
+                    now,
+                    subagent_id,
+                ),
+            )
+            if report.state in FINAL_STATES:
+                self._wakes.for_agent(subagent_id).cancel_all(f"sub-agent {subagent_id} {report.state}")
+            if report.parent_wake is not None:
+                self._wakes.for_agent(row.parent).insert(source_of(subagent_id), report.parent_wake, now=now)
+        return True
+
+    def end(self, subagent_id: int, state: SubagentState, error: str, parent_wake: str | None) -> bool:
+        """End a sub-agent for good (cancelled, interrupted, spent): its waiting wakes are set aside and its
+        parent told, in one transaction. False when it had already ended."""
+        assert state in FINAL_STATES
+        now = time.time()
+        with self.store.transaction() as db:
+            row = self.find(subagent_id)
+            if row is None or row.final:
+                return False
+            db.execute(
+                "UPDATE subagents SET state = ?, error = ?, ended_at = ? WHERE id = ?", (state, error, now, subagent_id)
+            )
+            self._wakes.for_agent(subagent_id).cancel_all(f"sub-agent {subagent_id} {state}: {error}")
+            if parent_wake is not None:
+                self._wakes.for_agent(row.parent).insert(source_of(subagent_id), parent_wake, now=now)
+        return True
+
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def find(self, subagent_id: int) -> SubagentRow | None:
+        row = self.store.one(f"SELECT {_COLUMNS} FROM subagents WHERE id = ?", (subagent_id,))
+        return None if row is None else _row(row)
+
+    def get(self, subagent_id: int) -> SubagentRow:
+        row = self.find(subagent_id)
+        if row is None:
+            raise KeyError(subagent_id)
+        return row
+
+    def children(self, parent: int, *, limit: int = 100) -> list[SubagentRow]:
+        """The sub-agents `parent` started, newest first."""
+        rows = self.store.db.execute(
+            f"SELECT {_COLUMNS} FROM subagents WHERE parent = ? ORDER BY id DESC LIMIT ?", (parent, limit)
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def live(self) -> list[SubagentRow]:
+        """Every sub-agent not ended for good, oldest first (what a starting service takes up again)."""
+        rows = self.store.db.execute(
+            f"SELECT {_COLUMNS} FROM subagents WHERE state NOT IN ('cancelled', 'interrupted', 'spent') ORDER BY id"
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def recent(self, *, limit: int = 100) -> list[SubagentRow]:
+        """The newest `limit` sub-agents of every parent, newest first."""
+        rows = self.store.db.execute(f"SELECT {_COLUMNS} FROM subagents ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [_row(r) for r in rows]
+
+    def working(self, parent: int) -> int:
+        """How many of `parent`'s sub-agents are working (the concurrency limit counts these)."""
+        (n,) = self.store.one("SELECT COUNT(*) FROM subagents WHERE parent = ? AND state = 'working'", (parent,))
+        return int(n)
