@@ -1,9 +1,9 @@
 # services.hyperhive.agent: one coding agent as a supervised systemd service.
 #
-# Options are declared here (how an agent runs, in runtime-options.nix); render.nix (pure builtins) turns
-# them into the harness's HIVE_* environment and the MCP-server file, and reports every problem, which
-# becomes an assertion below; harness-base.nix injects the bash MCP server. The environment is the only
-# interface to the harness.
+# Options are declared here (how an agent runs: runtime-options.nix, shared with the sub-agent profiles
+# of subagents.nix); render.nix (pure builtins) turns them into the harness's HIVE_* environment, the
+# MCP-server file and the sub-agent file, and reports every problem, which becomes an assertion below;
+# harness-base.nix injects the bash MCP server. The environment is the only interface to the harness.
 {
   config,
   lib,
@@ -157,13 +157,40 @@ let
         allowedTools
         ;
     }) cfg.extraMcpServers;
+    # Profiles pass through as declared: render.nix gives a claude profile the agent's claude command.
+    subagents = lib.mapAttrs (_: p: {
+      inherit (p)
+        runtime
+        idleTimeout
+        budget
+        worktree
+        delegate
+        ;
+      claude = {
+        inherit (p.claude) args model;
+      };
+      acp = {
+        inherit (p.acp)
+          command
+          args
+          env
+          permissionPolicy
+          authMethod
+          startTimeout
+          ;
+      };
+    }) cfg.subagents;
+    inherit (cfg) subagentLimits;
     stateDirectory = stateDir;
     workingDirectory = workdir;
     inherit (pkgs) writeText;
   };
 in
 {
-  imports = [ ./harness-base.nix ];
+  imports = [
+    ./harness-base.nix
+    ./subagents.nix
+  ];
 
   options.services.hyperhive.agent = {
     enable = lib.mkEnableOption "the hyperhive agent harness, which runs one coding agent turn after turn";
@@ -175,7 +202,8 @@ in
     claude = runtimeOptions.claude // {
       package = lib.mkPackageOption pkgs "claude-code" {
         extraDescription = ''
-          Used when `runtime = "claude"`. Claude Code is unfree: allow it with
+          Used when `runtime = "claude"` and by sub-agent profiles with
+          `runtime = "claude"`. Claude Code is unfree: allow it with
           `nixpkgs.config.allowUnfreePredicate`.
         '';
       };

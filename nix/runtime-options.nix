@@ -1,7 +1,8 @@
-# How an agent runs (runtime, claude, acp), declared once, for every agent the module describes.
+# How an agent runs (runtime, claude, acp), declared once for the service's agent (module.nix) and for
+# each sub-agent profile (subagents.nix), so that the two cannot drift apart.
 #
 # `at` is the option path the declarations sit under, for descriptions that point at their siblings.
-# claude.package is not here: it is the service's alone.
+# claude.package is the agent's alone: a claude profile runs the same package.
 { lib }:
 let
   inherit (lib) mkOption types literalExpression;
