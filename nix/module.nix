@@ -1,8 +1,9 @@
 # services.hyperhive.agent: one coding agent as a supervised systemd service.
 #
-# Options are declared here; render.nix (pure builtins) turns them into the harness's HIVE_* environment
-# and the MCP-server file, and reports every problem, which becomes an assertion below; harness-base.nix
-# injects the bash MCP server. The environment is the only interface to the harness.
+# Options are declared here (how an agent runs: runtime-options.nix, shared with the sub-agent profiles
+# of subagents.nix); render.nix (pure builtins) turns them into the harness's HIVE_* environment, the
+# MCP-server file and the sub-agent file, and reports every problem, which becomes an assertion below;
+# harness-base.nix injects the bash MCP server. The environment is the only interface to the harness.
 {
   config,
   lib,
@@ -50,9 +51,9 @@ let
     inStore = false;
     absolute = true;
   };
-  seconds = types.either types.ints.positive (
-    types.addCheck types.float (x: x > 0) // { description = "positive float"; }
-  );
+  shared = import ./runtime-options.nix { inherit lib; };
+  inherit (shared) seconds;
+  runtimeOptions = shared.options "services.hyperhive.agent";
 
   mcpServerType = types.submodule (
     { name, ... }:
@@ -156,106 +157,54 @@ let
         allowedTools
         ;
     }) cfg.extraMcpServers;
+    # Profiles pass through as declared: render.nix gives a claude profile the agent's claude command.
+    subagents = lib.mapAttrs (_: p: {
+      inherit (p)
+        runtime
+        idleTimeout
+        budget
+        worktree
+        delegate
+        ;
+      claude = {
+        inherit (p.claude) args model;
+      };
+      acp = {
+        inherit (p.acp)
+          command
+          args
+          env
+          permissionPolicy
+          authMethod
+          startTimeout
+          ;
+      };
+    }) cfg.subagents;
+    inherit (cfg) subagentLimits;
     stateDirectory = stateDir;
     workingDirectory = workdir;
     inherit (pkgs) writeText;
   };
 in
 {
-  imports = [ ./harness-base.nix ];
+  imports = [
+    ./harness-base.nix
+    ./subagents.nix
+  ];
 
   options.services.hyperhive.agent = {
     enable = lib.mkEnableOption "the hyperhive agent harness, which runs one coding agent turn after turn";
 
     package = lib.mkPackageOption pkgs "hyperhive" { };
 
-    runtime = mkOption {
-      type = types.enum [
-        "claude"
-        "acp"
-      ];
-      default = "claude";
-      description = ''
-        How each turn is driven: `claude` runs the Claude Code CLI ({option}`services.hyperhive.agent.claude.package`),
-        `acp` any Agent Client Protocol agent ({option}`services.hyperhive.agent.acp.command`).
-      '';
-    };
+    inherit (runtimeOptions) runtime acp;
 
-    claude = {
+    claude = runtimeOptions.claude // {
       package = lib.mkPackageOption pkgs "claude-code" {
         extraDescription = ''
-          Used when `runtime = "claude"`. Claude Code is unfree: allow it with
+          Used when `runtime = "claude"` and by sub-agent profiles with
+          `runtime = "claude"`. Claude Code is unfree: allow it with
           `nixpkgs.config.allowUnfreePredicate`.
-        '';
-      };
-      args = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-        example = [
-          "--permission-mode"
-          "acceptEdits"
-        ];
-        description = "Extra arguments for every `claude` invocation.";
-      };
-      model = mkOption {
-        type = types.nullOr types.str;
-        default = null;
-        example = "claude-sonnet-4-5";
-        description = "The model (`--model`); null leaves claude's default.";
-      };
-    };
-
-    acp = {
-      command = mkOption {
-        type = types.nullOr types.str;
-        default = null;
-        example = literalExpression ''"''${pkgs.opencode}/bin/opencode"'';
-        description = "The ACP agent's executable. Required when `runtime = \"acp\"`.";
-      };
-      args = mkOption {
-        type = types.listOf types.str;
-        default = [ ];
-        example = [ "acp" ];
-        description = "Arguments of the ACP agent.";
-      };
-      env = mkOption {
-        type = types.attrsOf types.str;
-        default = { };
-        example = {
-          OPENCODE_DISABLE_AUTOUPDATE = "1";
-        };
-        description = ''
-          Environment for the agent, merged over the harness's own (which includes
-          {option}`services.hyperhive.agent.environmentFile`). Stored in the Nix store: no secrets.
-        '';
-      };
-      permissionPolicy = mkOption {
-        type = types.enum [
-          "allow"
-          "deny"
-        ];
-        default = "allow";
-        description = ''
-          How the harness answers the agent's permission requests (nobody is there to ask): `allow`
-          picks the narrowest allow option, `deny` the narrowest reject option.
-        '';
-      };
-      authMethod = mkOption {
-        type = types.nullOr types.str;
-        default = null;
-        example = "gemini-api-key";
-        description = ''
-          The ACP auth method id to `authenticate` with when the agent requires one; its key comes from
-          {option}`services.hyperhive.agent.environmentFile`.
-        '';
-      };
-      startTimeout = mkOption {
-        type = seconds;
-        default = 60;
-        description = ''
-          Seconds each start-up step of the agent may take (`initialize`, `authenticate`, `session/new`,
-          `session/load` with its replay). An agent that never answers holds the turn this long before
-          the turn fails and the next one starts it again.
         '';
       };
     };

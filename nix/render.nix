@@ -11,7 +11,7 @@
 # #180190), so every value is escaped here (`%` -> `%%`); quotes, backslashes and newlines are left to
 # NixOS's own quoting (`Environment="NAME=value"`, C-style escapes), which systemd undoes exactly.
 # Structured data too large for a line, or carrying secrets' references (the MCP list), goes to a file
-# and only its path goes into the environment.
+# and only its path goes into the environment; so do the sub-agent profiles.
 {
   runtime ? "claude",
   claude ? { },
@@ -22,6 +22,11 @@
   workingDirectory ? stateDirectory,
   idleTimeout ? null,
   cancelGrace ? null,
+  # Sub-agent profiles by name, each with the agent's runtime settings (runtime, claude.{args,model},
+  # acp, idleTimeout) plus budget, worktree and delegate; a claude profile runs claude.command.
+  subagents ? { },
+  # maxConcurrent, maxDepth, budget; null (or absent) leaves the harness's default.
+  subagentLimits ? { },
   # HIVE_CGROUP: "auto" gives each task its own cgroup under the unit's delegated one; "off" does not.
   cgroup ? "auto",
   extraEnvironment ? { },
@@ -37,6 +42,7 @@ let
     elem
     filter
     isAttrs
+    isBool
     isFloat
     isInt
     isList
@@ -48,26 +54,57 @@ let
     toJSON
     ;
 
-  claudeCfg = {
-    command = "claude";
+  # What an unset runtime field means, for the agent and for every profile alike.
+  claudeDefaults = {
     args = [ ];
     model = null;
-  }
-  // claude;
-  acpCfg = {
+  };
+  acpDefaults = {
     command = null;
     args = [ ];
     env = { };
     permissionPolicy = "allow";
     authMethod = null;
     startTimeout = null;
+  };
+  claudeCfg = {
+    command = "claude";
   }
-  // acp;
+  // claudeDefaults
+  // claude;
+  acpCfg = acpDefaults // acp;
+  limitDefaults = {
+    maxConcurrent = null;
+    maxDepth = null;
+    budget = null;
+  };
+  limitsCfg = limitDefaults // subagentLimits;
+  profileDefaults = {
+    runtime = "claude";
+    claude = { };
+    acp = { };
+    idleTimeout = null;
+    budget = null;
+    worktree = false;
+    delegate = false;
+  };
+  # A profile with every field, its claude and acp records completed as the agent's are.
+  profileCfg =
+    p:
+    let
+      c = profileDefaults // p;
+    in
+    c
+    // {
+      claude = claudeDefaults // c.claude;
+      acp = acpDefaults // c.acp;
+    };
 
   escape = replaceStrings [ "%" ] [ "%%" ];
   isStrList = l: isList l && builtins.all isString l;
   isStrAttrs = a: isAttrs a && builtins.all isString (builtins.attrValues a);
   positive = x: (isInt x || isFloat x) && x > 0;
+  positiveInt = x: isInt x && x > 0;
   envName = n: match "[A-Za-z_][A-Za-z0-9_]*" n != null;
   # Tool names are mcp__<server>__<tool>: a server name must be one word without a double underscore.
   serverNameOk = n: match "[A-Za-z0-9][A-Za-z0-9_-]*" n != null && match ".*__.*" n == null;
@@ -173,6 +210,10 @@ let
     "HIVE_CLAUDE_COMMAND"
     "HIVE_CLAUDE_ARGS"
     "HIVE_SOCKET"
+    "HIVE_SUBAGENTS"
+    "HIVE_SUBAGENT_MAX_CONCURRENT"
+    "HIVE_SUBAGENT_MAX_DEPTH"
+    "HIVE_SUBAGENT_BUDGET"
   ];
   # The option that sets each managed variable, for the message when extraEnvironment tries to.
   optionFor = {
@@ -192,6 +233,10 @@ let
     HIVE_CLAUDE_COMMAND = "claude.package";
     HIVE_CLAUDE_ARGS = "claude.args and claude.model";
     HIVE_SOCKET = "the harness itself (it sets it for its children)";
+    HIVE_SUBAGENTS = "subagents";
+    HIVE_SUBAGENT_MAX_CONCURRENT = "subagentLimits.maxConcurrent";
+    HIVE_SUBAGENT_MAX_DEPTH = "subagentLimits.maxDepth";
+    HIVE_SUBAGENT_BUDGET = "subagentLimits.budget";
   };
 
   # Variables set for the unit by something other than these settings, each with where its value
@@ -211,59 +256,177 @@ let
 
   absolute = p: isString p && match "/.*" p != null;
 
-  problems = concatLists [
+  # The problems of one agent's runtime settings (the service's, p = "", or a profile's, p =
+  # "subagents.<name>."), each message naming the option by its full path below the module.
+  runtimeProblems =
+    p:
+    {
+      runtime,
+      claude,
+      acp,
+      idleTimeout,
+    }:
+    concatLists [
+      (
+        if
+          elem runtime [
+            "claude"
+            "acp"
+          ]
+        then
+          [ ]
+        else
+          [ "${p}runtime must be \"claude\" or \"acp\", got \"${toString runtime}\"" ]
+      )
+      (
+        if runtime == "acp" && !(isString acp.command && acp.command != "") then
+          [
+            "${p}runtime = \"acp\" needs ${p}acp.command, the ACP agent's executable (e.g. ${p}acp.command = \"\${pkgs.opencode}/bin/opencode\"; ${p}acp.args = [ \"acp\" ];)"
+          ]
+        else
+          [ ]
+      )
+      (if isStrList acp.args then [ ] else [ "${p}acp.args must be a list of strings" ])
+      (if isStrList claude.args then [ ] else [ "${p}claude.args must be a list of strings" ])
+      (
+        if isStrAttrs acp.env then
+          map (n: "${p}acp.env: '${n}' is not a valid environment variable name") (
+            filter (n: !(envName n)) (attrNames acp.env)
+          )
+        else
+          [ "${p}acp.env must be an attribute set of strings" ]
+      )
+      (
+        if
+          elem acp.permissionPolicy [
+            "allow"
+            "deny"
+          ]
+        then
+          [ ]
+        else
+          [ "${p}acp.permissionPolicy must be \"allow\" or \"deny\", got \"${toString acp.permissionPolicy}\"" ]
+      )
+      (
+        if acp.authMethod == null || (isString acp.authMethod && acp.authMethod != "") then
+          [ ]
+        else
+          [ "${p}acp.authMethod must be null or a non-empty auth method id" ]
+      )
+      (
+        if acp.startTimeout == null || positive acp.startTimeout then
+          [ ]
+        else
+          [ "${p}acp.startTimeout must be a positive number of seconds" ]
+      )
+      (
+        if idleTimeout == null || positive idleTimeout then
+          [ ]
+        else
+          [ "${p}idleTimeout must be a positive number of seconds" ]
+      )
+    ];
+
+  # Fields a direct caller may give a record, so that a misspelt one is refused rather than ignored
+  # (the module's typed options cannot produce one).
+  unknownFields =
+    at: known: a:
+    map (f: "${at}: unknown setting '${f}' (known: ${concatStringsSep ", " (attrNames known)})") (
+      filter (f: !(known ? ${f})) (attrNames a)
+    );
+
+  # A profile's settings of the runtime it does not use, by field. The runtime defaults to claude, so
+  # a profile given only acp.command would otherwise run claude without a word. (acp.permissionPolicy
+  # and acp.startTimeout are left out: the module always sets them.)
+  runtimeFields = {
+    claude = [
+      "args"
+      "model"
+    ];
+    acp = [
+      "command"
+      "args"
+      "env"
+      "authMethod"
+    ];
+  };
+  otherRuntimeFields =
+    p: c:
+    let
+      other = if c.runtime == "acp" then "claude" else "acp";
+      defaults = if other == "acp" then acpDefaults else claudeDefaults;
+    in
+    # An unknown runtime is its own problem; which settings it would leave unused is moot.
+    if c.runtime != "claude" && c.runtime != "acp" then
+      [ ]
+    else
+      map (
+        f:
+        "${p}${other}.${f} is only for runtime = \"${other}\" profiles; set ${p}runtime = \"${other}\" or remove it"
+      ) (filter (f: c.${other}.${f} != defaults.${f}) runtimeFields.${other});
+
+  profileProblems =
+    name: p:
+    let
+      at = "subagents.${name}";
+      notAttrs = filter (r: !(isAttrs (p.${r} or { }))) [
+        "claude"
+        "acp"
+      ];
+      c = profileCfg p;
+    in
     (
-      if
-        elem runtime [
-          "claude"
-          "acp"
-        ]
-      then
+      if match "[a-z][a-z0-9-]{0,31}" name != null then
         [ ]
       else
-        [ "runtime must be \"claude\" or \"acp\", got \"${toString runtime}\"" ]
-    )
-    (
-      if runtime == "acp" && !(isString acpCfg.command && acpCfg.command != "") then
         [
-          "runtime = \"acp\" needs acp.command, the ACP agent's executable (e.g. acp.command = \"\${pkgs.opencode}/bin/opencode\"; acp.args = [ \"acp\" ];)"
+          "${at}: profile name '${name}' must be a lowercase letter followed by up to 31 lowercase letters, digits or '-' (e.g. code-reviewer)"
         ]
-      else
-        [ ]
     )
-    (if isStrList acpCfg.args then [ ] else [ "acp.args must be a list of strings" ])
-    (if isStrList claudeCfg.args then [ ] else [ "claude.args must be a list of strings" ])
-    (
-      if isStrAttrs acpCfg.env then
-        map (n: "acp.env: '${n}' is not a valid environment variable name") (
-          filter (n: !(envName n)) (attrNames acpCfg.env)
+    ++ (
+      if !(isAttrs p) then
+        [ "${at} must be an attribute set of settings" ]
+      else if notAttrs != [ ] then
+        map (r: "${at}.${r} must be an attribute set") notAttrs
+      else
+        unknownFields at profileDefaults p
+        ++ unknownFields "${at}.claude" claudeDefaults (p.claude or { })
+        ++ unknownFields "${at}.acp" acpDefaults (p.acp or { })
+        ++ runtimeProblems "${at}." {
+          inherit (c)
+            runtime
+            claude
+            acp
+            idleTimeout
+            ;
+        }
+        ++ otherRuntimeFields "${at}." c
+        ++ (
+          if c.budget == null || positiveInt c.budget then
+            [ ]
+          else
+            [ "${at}.budget must be null or a positive whole number of seconds" ]
         )
-      else
-        [ "acp.env must be an attribute set of strings" ]
-    )
-    (
-      if
-        elem acpCfg.permissionPolicy [
-          "allow"
-          "deny"
-        ]
-      then
-        [ ]
-      else
-        [ "acp.permissionPolicy must be \"allow\" or \"deny\", got \"${toString acpCfg.permissionPolicy}\"" ]
-    )
-    (
-      if acpCfg.authMethod == null || (isString acpCfg.authMethod && acpCfg.authMethod != "") then
-        [ ]
-      else
-        [ "acp.authMethod must be null or a non-empty auth method id" ]
-    )
-    (
-      if acpCfg.startTimeout == null || positive acpCfg.startTimeout then
-        [ ]
-      else
-        [ "acp.startTimeout must be a positive number of seconds" ]
-    )
+        ++ map (f: "${at}.${f} must be true or false") (
+          filter (f: !(isBool c.${f})) [
+            "worktree"
+            "delegate"
+          ]
+        )
+    );
+
+  limitProblems =
+    unknownFields "subagentLimits" limitDefaults subagentLimits
+    ++ map (f: "subagentLimits.${f} must be a positive whole number") (
+      filter (f: !(limitsCfg.${f} == null || positiveInt limitsCfg.${f})) (attrNames limitDefaults)
+    );
+
+  problems = concatLists [
+    (runtimeProblems "" {
+      inherit runtime idleTimeout;
+      claude = claudeCfg;
+      acp = acpCfg;
+    })
     (
       if
         elem cgroup [
@@ -276,12 +439,6 @@ let
         [ "cgroup must be \"auto\" or \"off\"" ]
     )
     (
-      if idleTimeout == null || positive idleTimeout then
-        [ ]
-      else
-        [ "idleTimeout must be a positive number of seconds" ]
-    )
-    (
       if cancelGrace == null || positive cancelGrace then
         [ ]
       else
@@ -290,6 +447,13 @@ let
     (if absolute workingDirectory then [ ] else [ "workingDirectory must be an absolute path" ])
     (if absolute stateDirectory then [ ] else [ "the state directory must be an absolute path" ])
     (concatLists (map (n: serverProblems n mcpServers.${n}) (attrNames mcpServers)))
+    (
+      if isAttrs subagents then
+        concatLists (map (n: profileProblems n subagents.${n}) (attrNames subagents))
+      else
+        [ "subagents must be an attribute set of profiles" ]
+    )
+    limitProblems
     (map (n: "extraEnvironment.${n}: set by the module from ${optionFor.${n}}; use that option instead") (
       filter (n: elem n managed) (attrNames extraEnvironment)
     ))
@@ -318,6 +482,60 @@ let
   seconds = x: if isInt x then toString x else toJSON x;
   optional = cond: attrs: if cond then attrs else { };
 
+  # claude.model is `--model` after the other arguments, for the agent and for every claude profile.
+  claudeArgs =
+    c:
+    c.args
+    ++ (
+      if c.model == null then
+        [ ]
+      else
+        [
+          "--model"
+          c.model
+        ]
+    );
+
+  # The HIVE_SUBAGENTS file: only what is set (no nulls), the runtime's own record only. A claude
+  # profile runs the agent's claude command; store paths in commands keep their context, so the file
+  # pulls every profile's agent into the system's closure as the environment does the agent's.
+  profileJson =
+    p:
+    let
+      c = profileCfg p;
+    in
+    {
+      inherit (c) runtime worktree delegate;
+    }
+    // (
+      if c.runtime == "acp" then
+        {
+          acp = {
+            inherit (c.acp)
+              command
+              args
+              env
+              permissionPolicy
+              ;
+          }
+          // optional (c.acp.authMethod != null) { inherit (c.acp) authMethod; }
+          // optional (c.acp.startTimeout != null) { inherit (c.acp) startTimeout; };
+        }
+      else
+        {
+          claude = {
+            inherit (claudeCfg) command;
+            args = claudeArgs c.claude;
+          };
+        }
+    )
+    // optional (c.idleTimeout != null) { inherit (c) idleTimeout; }
+    // optional (c.budget != null) { inherit (c) budget; };
+  subagentsDocument = mapAttrs (_: profileJson) subagents;
+  subagentsJson = failIfProblems (toJSON subagentsDocument);
+  # No profiles, no file: the harness then offers no sub-agents.
+  subagentsFile = if subagents == { } then null else writeText "hyperhive-subagents.json" subagentsJson;
+
   raw =
     {
       HIVE_RUNTIME = runtime;
@@ -342,19 +560,16 @@ let
     )
     // optional (runtime == "claude") {
       HIVE_CLAUDE_COMMAND = claudeCfg.command;
-      HIVE_CLAUDE_ARGS = toJSON (
-        claudeCfg.args
-        ++ (
-          if claudeCfg.model == null then
-            [ ]
-          else
-            [
-              "--model"
-              claudeCfg.model
-            ]
-        )
-      );
+      HIVE_CLAUDE_ARGS = toJSON (claudeArgs claudeCfg);
     }
+    // optional (subagentsFile != null) (
+      { HIVE_SUBAGENTS = "${subagentsFile}"; }
+      // optional (limitsCfg.maxConcurrent != null) {
+        HIVE_SUBAGENT_MAX_CONCURRENT = toString limitsCfg.maxConcurrent;
+      }
+      // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
+      // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
+    )
     // extraEnvironment;
 in
 {
@@ -365,4 +580,7 @@ in
   environment = failIfProblems (mapAttrs (_: escape) raw);
   mcpServers = mcpDocument;
   inherit mcpJson mcpFile;
+  # The profiles as written to HIVE_SUBAGENTS' file; subagentsFile is null without profiles.
+  subagents = subagentsDocument;
+  inherit subagentsJson subagentsFile;
 }

@@ -43,6 +43,8 @@ let
           path = map (p: p.name or p) svc.path;
         };
         mcpJson = builtins.readFile svc.environment.HIVE_MCP_SERVERS;
+        subagentsJson =
+          if svc.environment ? HIVE_SUBAGENTS then builtins.readFile svc.environment.HIVE_SUBAGENTS else null;
         users = cfg.users;
         warnings = cfg.warnings;
         # What a VM test node sets besides the service (nix/tests/demo-machine.nix).

@@ -95,7 +95,8 @@ def render(settings: dict[str, Any]) -> Any:
     """nix/render.nix applied to `settings`, passed as JSON through the environment (no Nix quoting)."""
     expr = (
         'let r = import ./nix/render.nix (builtins.fromJSON (builtins.getEnv "HIVE_TEST_SETTINGS"));'
-        " v = { inherit (r) environment unescapedEnvironment mcpServers mcpJson mcpFile problems; };"
+        " v = { inherit (r) environment unescapedEnvironment mcpServers mcpJson mcpFile problems;"
+        " inherit (r) subagents subagentsJson subagentsFile; };"
         " in builtins.deepSeq v v"
     )
     return instantiate(["-E", expr], env={"HIVE_TEST_SETTINGS": json.dumps(settings)})

@@ -168,6 +168,72 @@ def test_mcp_file_has_bash_always_and_the_operators_servers() -> None:
     }
 
 
+CLAUDE = "/nix/store/00000000000000000000000000000000-claude-code-2.0.0/bin/claude"
+PROFILES = {
+    "reviewer": {"claude": {"model": "sonnet"}, "budget": 900},
+    "coder": {
+        "runtime": "acp",
+        "acp": {"command": "/bin/opencode", "args": ["acp"], "authMethod": "key"},
+        "idleTimeout": 600,
+        "worktree": True,
+        "delegate": True,
+    },
+}
+
+
+def test_subagent_profiles_are_the_file_hive_subagents_names() -> None:
+    """A claude profile runs the agent's claude package, whatever the agent's own runtime; only set
+    fields are written; the limits are the options' values (defaults included), as idleTimeout's are."""
+    out = eval_module({**DEMO, "subagents": PROFILES})
+    env = out["unit"]["environment"]
+    assert env["HIVE_SUBAGENTS"].startswith("/nix/store/")
+    assert env["HIVE_SUBAGENTS"].endswith("-hyperhive-subagents.json")
+    assert {k: v for k, v in env.items() if k.startswith("HIVE_SUBAGENT_")} == {
+        "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
+        "HIVE_SUBAGENT_MAX_DEPTH": "2",
+        "HIVE_SUBAGENT_BUDGET": "3600",
+    }
+    assert json.loads(out["subagentsJson"]) == {
+        "reviewer": {
+            "runtime": "claude",
+            "claude": {"command": CLAUDE, "args": ["--model", "sonnet"]},
+            "budget": 900,
+            "worktree": False,
+            "delegate": False,
+        },
+        "coder": {
+            "runtime": "acp",
+            "acp": {
+                "command": "/bin/opencode",
+                "args": ["acp"],
+                "env": {},
+                "permissionPolicy": "allow",
+                "authMethod": "key",
+                "startTimeout": 60,
+            },
+            "idleTimeout": 600,
+            "worktree": True,
+            "delegate": True,
+        },
+    }
+
+
+def test_subagent_limits_are_rendered_as_set() -> None:
+    limits = {"maxConcurrent": 1, "maxDepth": 3, "budget": 120}
+    env = eval_module({**DEMO, "subagents": {"helper": {}}, "subagentLimits": limits})["unit"]["environment"]
+    assert (env["HIVE_SUBAGENT_MAX_CONCURRENT"], env["HIVE_SUBAGENT_MAX_DEPTH"], env["HIVE_SUBAGENT_BUDGET"]) == (
+        "1",
+        "3",
+        "120",
+    )
+
+
+def test_without_profiles_the_unit_has_no_subagent_variables() -> None:
+    out = eval_module({**DEMO, "subagentLimits": {"maxDepth": 3}})
+    assert not any(k.startswith("HIVE_SUBAGENT") for k in out["unit"]["environment"])
+    assert out["subagentsJson"] is None
+
+
 def test_secrets_and_credentials_stay_out_of_the_store() -> None:
     out = eval_module({**DEMO, "environmentFile": "/run/secrets/agent.env", "credentials": {"gh": "/run/secrets/gh"}})
     sc = out["unit"]["serviceConfig"]
@@ -264,6 +330,36 @@ ASSERTIONS = {
         "services.hyperhive.agent: extraEnvironment.HOME: set by the module to the state directory "
         "(/var/lib/hyperhive); it is not configurable",
     ),
+    "subagent-profile-name": (
+        {**DEMO, "subagents": {"Reviewer": {}}},
+        "services.hyperhive.agent: subagents.Reviewer: profile name 'Reviewer' must be a lowercase letter followed "
+        "by up to 31 lowercase letters, digits or '-' (e.g. code-reviewer)",
+    ),
+    "subagent-acp-without-command": (
+        {**DEMO, "subagents": {"coder": {"runtime": "acp"}}},
+        'services.hyperhive.agent: subagents.coder.runtime = "acp" needs subagents.coder.acp.command, the ACP '
+        'agent\'s executable (e.g. subagents.coder.acp.command = "${pkgs.opencode}/bin/opencode"; '
+        'subagents.coder.acp.args = [ "acp" ];)',
+    ),
+    "subagent-acp-command-of-a-claude-profile": (
+        {**DEMO, "subagents": {"coder": {"acp": {"command": "/bin/opencode"}}}},
+        'services.hyperhive.agent: subagents.coder.acp.command is only for runtime = "acp" profiles; '
+        'set subagents.coder.runtime = "acp" or remove it',
+    ),
+    "subagent-claude-model-of-an-acp-profile": (
+        {**DEMO, "subagents": {"coder": {"runtime": "acp", "acp": {"command": "/bin/x"}, "claude": {"model": "m"}}}},
+        'services.hyperhive.agent: subagents.coder.claude.model is only for runtime = "claude" profiles; '
+        'set subagents.coder.runtime = "claude" or remove it',
+    ),
+    "subagent-variable-name": (
+        {**DEMO, "subagents": {"coder": {"runtime": "acp", "acp": {"command": "/bin/x", "env": {"A B": "x"}}}}},
+        "services.hyperhive.agent: subagents.coder.acp.env: 'A B' is not a valid environment variable name",
+    ),
+    "subagent-managed-variable": (
+        {**DEMO, "extraEnvironment": {"HIVE_SUBAGENTS": "/etc/profiles.json"}},
+        "services.hyperhive.agent: extraEnvironment.HIVE_SUBAGENTS: set by the module from subagents; "
+        "use that option instead",
+    ),
     "variable-name": (
         {**DEMO, "acp": {**DEMO["acp"], "env": {"A B": "x"}}},
         "services.hyperhive.agent: acp.env: 'A B' is not a valid environment variable name",
@@ -293,6 +389,42 @@ TYPE_ERRORS = {
     "relative-workdir": (
         {**DEMO, "workingDirectory": "repo"},
         "services.hyperhive.agent.workingDirectory' is not of type",
+    ),
+    "subagent-runtime": (
+        {**DEMO, "subagents": {"coder": {"runtime": "gpt"}}},
+        'services.hyperhive.agent.subagents.coder.runtime\' is not of type `one of "claude", "acp"\'',
+    ),
+    "subagent-budget": (
+        {**DEMO, "subagents": {"coder": {"budget": 0}}},
+        "services.hyperhive.agent.subagents.coder.budget' is not of type",
+    ),
+    "subagent-idle-timeout": (
+        {**DEMO, "subagents": {"coder": {"idleTimeout": -1}}},
+        "services.hyperhive.agent.subagents.coder.idleTimeout' is not of type",
+    ),
+    "subagent-worktree": (
+        {**DEMO, "subagents": {"coder": {"worktree": "yes"}}},
+        "services.hyperhive.agent.subagents.coder.worktree' is not of type `boolean'",
+    ),
+    "subagent-max-depth": (
+        {**DEMO, "subagentLimits": {"maxDepth": 0}},
+        "services.hyperhive.agent.subagentLimits.maxDepth' is not of type `positive integer, meaning >0'",
+    ),
+    "subagent-max-concurrent": (
+        {**DEMO, "subagentLimits": {"maxConcurrent": 0}},
+        "services.hyperhive.agent.subagentLimits.maxConcurrent' is not of type `positive integer, meaning >0'",
+    ),
+    "subagent-limit-budget": (
+        {**DEMO, "subagentLimits": {"budget": 1.5}},
+        "services.hyperhive.agent.subagentLimits.budget' is not of type `positive integer, meaning >0'",
+    ),
+    "subagent-unknown-option": (
+        {**DEMO, "subagents": {"coder": {"acp": {"comand": "/bin/x"}}}},
+        "The option `services.hyperhive.agent.subagents.coder.acp.comand' does not exist",
+    ),
+    "subagent-claude-package": (
+        {**DEMO, "subagents": {"coder": {"claude": {"package": "/bin/claude"}}}},
+        "The option `services.hyperhive.agent.subagents.coder.claude.package' does not exist",
     ),
     "unknown-option": (
         {**DEMO, "acp": {"comand": "/bin/x"}},

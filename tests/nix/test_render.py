@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.nix.nixtool import NixError, render, render_problems, requires_nix
+from tests.nix.nixtool import NixError, instantiate, render, render_problems, requires_nix
 
 FIXTURES = Path(__file__).parent / "fixtures" / "render"
 GOOD = sorted(FIXTURES.glob("good-*.json"))
@@ -29,7 +29,15 @@ def test_good_settings_render_the_expected_environment_and_file(path: Path) -> N
     out = render(case["settings"])
     env = dict(out["environment"])
     assert env.pop("HIVE_MCP_SERVERS") == out["mcpFile"]
-    expected = {k: v for k, v in case["environment"].items() if k != "HIVE_MCP_SERVERS"}
+    if "subagents" in case:
+        assert env.pop("HIVE_SUBAGENTS") == out["subagentsFile"]
+        assert out["subagents"] == case["subagents"]
+        assert json.loads(Path(out["subagentsFile"]).read_text(encoding="utf-8")) == case["subagents"]
+    else:
+        # No profiles, no file: the harness offers no sub-agents.
+        assert out["subagentsFile"] is None
+    files = ("HIVE_MCP_SERVERS", "HIVE_SUBAGENTS")
+    expected = {k: v for k, v in case["environment"].items() if k not in files}
     assert env == expected
     assert out["mcpServers"] == case["mcpServers"]
     assert json.loads(Path(out["mcpFile"]).read_text(encoding="utf-8")) == case["mcpServers"]
@@ -55,3 +63,18 @@ def test_unknown_setting_is_refused_not_ignored() -> None:
     with pytest.raises(NixError) as err:
         render({"runtime": "acp", "acpCommand": "/bin/x"})
     assert "acpCommand" in err.value.stderr
+
+
+def test_profile_commands_keep_their_store_references() -> None:
+    """A profile's agent is in the store file by path only: the string context must survive into the
+    file's text, or the system's closure would lack the sub-agents' programs (the claude one included,
+    which is the agent's claude command)."""
+    expr = (
+        'let d = n: derivation { name = n; builder = "/bin/sh"; system = "x86_64-linux"; };'
+        ' r = import ./nix/render.nix { claude.command = "${d "claude"}/bin/claude";'
+        ' subagents = { coder = { runtime = "acp"; acp.command = "${d "opencode"}/bin/opencode"; };'
+        " reviewer = { }; }; writeText = _: text: text; };"
+        " in map (p: builtins.baseNameOf p) (builtins.attrNames (builtins.getContext r.subagentsJson))"
+    )
+    context = instantiate(["-E", expr])
+    assert sorted(p.split("-", 1)[1] for p in context) == ["claude.drv", "opencode.drv"]

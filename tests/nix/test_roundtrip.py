@@ -174,3 +174,26 @@ def test_module_settings_survive_evaluation_unit_file_and_load(
         config = load_config(env)
         assert (config.acp_command, list(config.acp_args), dict(config.acp_env)) == (command, args, acp_env)
         assert set(config.mcp_servers.servers) == {"bash"}
+
+
+@requires_lib
+def test_subagent_variables_reach_the_harness_through_the_unit_file() -> None:
+    """The sub-agent file and limits as the harness reads them from the .service NixOS writes (the
+    loader's side of issue 17 reads them from there)."""
+    out = eval_module(
+        {
+            "enable": True,
+            "runtime": "acp",
+            "acp": {"command": "/bin/agent"},
+            "subagents": {"coder": {"runtime": "acp", "acp": {"command": "/bin/opencode", "args": ["acp"]}}},
+            "subagentLimits": {"maxDepth": 1},
+        }
+    )
+    env = environment_of(to_service_file(out["unit"]))
+    assert {k: v for k, v in env.items() if k.startswith("HIVE_SUBAGENT")} == {
+        "HIVE_SUBAGENTS": out["unit"]["environment"]["HIVE_SUBAGENTS"],
+        "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
+        "HIVE_SUBAGENT_MAX_DEPTH": "1",
+        "HIVE_SUBAGENT_BUDGET": "3600",
+    }
+    assert json.loads(Path(env["HIVE_SUBAGENTS"]).read_text(encoding="utf-8"))["coder"]["acp"]["args"] == ["acp"]
