@@ -157,16 +157,20 @@ class _Budgeted:
         if left <= 0:
             self.running.spent = True
             raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
+        outcome: ResultLine | TurnError
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, left)
             try:
-                return await self.inner.run(prompt, sink)
-            except SessionLost as exc:
-                self.running.lost = exc
-                raise
+                outcome = await self.inner.run(prompt, sink)
+            except TurnError as exc:  # raised past the task group, which would wrap it in a group
+                outcome = exc
             finally:
                 tg.cancel_scope.cancel()
-        raise AssertionError("unreachable: the turn returned or raised")  # for the type checker
+        if isinstance(outcome, SessionLost):
+            self.running.lost = outcome
+        if isinstance(outcome, TurnError):
+            raise outcome
+        return outcome
 
     async def _watch(self, left: float) -> None:
         await anyio.sleep(left)
@@ -204,6 +208,7 @@ class Subagents:
         *,
         entry: Callable[[int], HttpServer],
         policy: LoopPolicy = SUBAGENT_POLICY,
+        runtimes: Callable[[Config, Sessions], Runtime] = make_runtime,
     ) -> None:
         self.config = config
         self.inbox = inbox
@@ -211,6 +216,7 @@ class Subagents:
         self.sessions = sessions
         self.entry = entry
         self.policy = policy
+        self.runtimes = runtimes  # how a sub-agent's runtime is made from its configuration
         self.limits = config.subagent_limits
         self.running: dict[int, _Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -236,7 +242,7 @@ class Subagents:
     async def stopped(self) -> None:
         """Wait until every sub-agent's loop has ended (the caller bounds it)."""
         for running in list(self.running.values()):
-            await running.done.wait()
+            await _halted(running)
 
     def workdir(self, agent: int) -> Path:
         """Where an agent works (and its tasks run): a sub-agent's own, else the service's."""
@@ -279,7 +285,7 @@ class Subagents:
             parent_dir = await self._parent_workdir(by)
             if profile.worktree:
                 await self._check_git(parent_dir)
-            row = await self.inbox.create_subagent(
+            row = await self.inbox.for_agent(by).create_subagent(
                 depth=depth,
                 profile=profile.name,
                 task=task,
@@ -338,7 +344,7 @@ class Subagents:
         if running is not None and running.loop is not None:
             running.loop.stop()
             with anyio.move_on_after(self.config.cancel_grace + 5.0):
-                await running.done.wait()
+                await _halted(running)
         killed = await self.engine.kill_agent_tasks(subagent_id)
         log.info("sub-agent %d %s (tasks killed: %s)", subagent_id, reason, killed or "none")
         return await self._row(subagent_id)
@@ -440,7 +446,7 @@ class Subagents:
             workdir=self._workdir_of(row),
             mcp_servers=servers.with_server(HYPERHIVE_SERVER, self.entry(row.id)),
         )
-        inner = make_runtime(config, self.sessions)
+        inner = self.runtimes(config, self.sessions)
         if restarted and hasattr(inner, "must_resume"):
             inner.must_resume = True
         running.runtime = _Budgeted(inner, running)
@@ -481,6 +487,16 @@ class Subagents:
         # Set when the report was decided (synchronously, with the waiter still counted), never lost: were the
         # wait to run out while that end is being written, no wake is written for it and it is returned here.
         return running.inline
+
+
+async def _halted(running: _Running, every: float = 0.1) -> None:
+    """Wait for a stopped sub-agent's loop to end. A stop asked while its turn was starting found nothing
+    to interrupt yet (the runtime had no turn in flight): it is asked again until the loop ends."""
+    while not running.done.is_set():
+        if running.runtime is not None:
+            running.runtime.interrupt()
+        with anyio.move_on_after(every):
+            await running.done.wait()
 
 
 def _who(agent: int) -> str:

@@ -1,0 +1,292 @@
+"""Sub-agents against in-memory runtimes: results as wakes (once), inline waits, failures, limits, budget,
+cancel, and a restart taking them up. The real agents and the real service: tests/process, tests/e2e."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hyperhive.config import Config
+from hyperhive.errors import ToolFailure
+from hyperhive.harness.inbox import Inbox
+from hyperhive.harness.live import LiveFeed
+from hyperhive.harness.loop import LoopPolicy
+from hyperhive.harness.subagents import WAKE_ANSWER_CHARS, Subagents
+from hyperhive.mcp_servers import HttpServer
+from hyperhive.runtime.errors import TurnError
+from hyperhive.runtime.stream import ResultLine
+from hyperhive.store.database import Store
+from hyperhive.store.subagents import SubagentTable, TurnReport
+from hyperhive.store.wakes import WakeRow, WakeTable
+from hyperhive.subagent_profiles import Profile, SubagentLimits
+from tests.unit.test_harness_loop import FakeRuntime
+
+pytestmark = pytest.mark.anyio
+FAST = LoopPolicy(max_attempts=1, backoff_base=0.01, backoff_cap=0.01)
+
+
+class NoTasks:
+    """The engine, as far as sub-agents reach it: they kill a cancelled one's tasks."""
+
+    def __init__(self) -> None:
+        self.killed: list[int] = []
+
+    async def kill_agent_tasks(self, agent: int) -> list[int]:
+        self.killed.append(agent)
+        return []
+
+
+@asynccontextmanager
+async def hive(
+    tmp_path: Path,
+    script: Callable[[str], ResultLine] | None = None,
+    *,
+    limits: SubagentLimits | None = None,
+    profiles: dict[str, Profile] | None = None,
+    hang: bool = False,
+) -> AsyncIterator[tuple[Subagents, Inbox, dict[int, FakeRuntime]]]:
+    config = Config(
+        state_dir=tmp_path / "state",
+        workdir=tmp_path,
+        subagent_limits=limits or SubagentLimits(),
+        subagents=profiles or {},
+        cancel_grace=1.0,
+    )
+    (tmp_path / "state").mkdir(exist_ok=True, mode=0o700)
+    inbox = await Inbox.open(config.state.db, feed=LiveFeed())
+    runtimes: dict[int, FakeRuntime] = {}
+
+    def make(cfg: Config, sessions: Any) -> FakeRuntime:
+        runtime = FakeRuntime(script)
+        runtime.hang = hang
+        runtimes[cfg.agent_id] = runtime
+        return runtime
+
+    subagents = Subagents(
+        config,
+        inbox,
+        NoTasks(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        entry=lambda agent: HttpServer(type="http", url="http://127.0.0.1:1/mcp"),
+        policy=FAST,
+        runtimes=make,  # type: ignore[arg-type]
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(subagents.run)
+            yield subagents, inbox, runtimes
+            subagents.stop()
+            with anyio.fail_after(5):
+                await subagents.stopped()
+            tg.cancel_scope.cancel()
+    finally:
+        inbox.close()
+
+
+def answer(text: str) -> Callable[[str], ResultLine]:
+    return lambda prompt: ResultLine(result=text, stop_reason="end_turn")
+
+
+async def parent_wakes(inbox: Inbox, parent: int = 0) -> list[WakeRow]:
+    return await inbox.for_agent(parent).waiting_wakes()
+
+
+async def until(predicate: Callable[[], Any], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not await predicate():
+            await anyio.sleep(0.01)
+
+
+async def test_a_sub_agents_answer_wakes_its_parent_once_from_subagent_id(tmp_path: Path) -> None:
+    async with hive(tmp_path, answer("the answer is 42")) as (subagents, inbox, runtimes):
+        row, inline = await subagents.start(0, "find the answer")
+        assert inline is None
+        await until(lambda: parent_wakes(inbox))
+        (wake,) = await parent_wakes(inbox)
+        assert (wake.source, wake.body, wake.agent) == (f"subagent-{row.id}", "the answer is 42", 0)
+        assert "find the answer" in runtimes[row.id].prompts[0] and "sub-agent" in runtimes[row.id].prompts[0]
+        await anyio.sleep(0.1)  # an idle sub-agent runs no second turn, and tells nothing twice
+        assert len(runtimes[row.id].prompts) == 1 and len(await parent_wakes(inbox)) == 1
+        stored = await subagents.status(0, row.id)
+        assert (stored.state, stored.turns, stored.answer) == ("idle", 1, "the answer is 42")
+
+
+async def test_a_parent_waiting_inline_gets_the_answer_there_and_no_wake(tmp_path: Path) -> None:
+    async with hive(tmp_path, answer("done quickly")) as (subagents, inbox, _):
+        row, inline = await subagents.start(0, "quick job", wait=5)
+        assert inline is not None and (inline.state, inline.answer) == ("idle", "done quickly")
+        assert inline.parent_wake is None
+        await anyio.sleep(0.1)
+        assert await parent_wakes(inbox) == []
+        assert (await subagents.status(0, row.id)).answer == "done quickly"
+
+
+async def test_a_sub_agents_wakes_are_its_own_not_its_parents(tmp_path: Path) -> None:
+    async with hive(tmp_path, hang=True) as (subagents, inbox, runtimes):
+        row, _ = await subagents.start(0, "work")
+        await until(lambda: _true(runtimes.get(row.id) is not None and runtimes[row.id].in_turn))
+        assert await parent_wakes(inbox) == []
+        (own,) = await inbox.for_agent(row.id).waiting_wakes()
+        assert own.source == "parent" and own.agent == row.id
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_failed_turn_wakes_the_parent_with_the_error_and_is_not_retried(tmp_path: Path) -> None:
+    def fail(prompt: str) -> ResultLine:
+        raise TurnError("the provider said no")
+
+    async with hive(tmp_path, fail) as (subagents, inbox, runtimes):
+        row, _ = await subagents.start(0, "doomed")
+        await until(lambda: parent_wakes(inbox))
+        (wake,) = await parent_wakes(inbox)
+        assert wake.body.startswith(f"sub-agent {row.id} failed: the provider said no")
+        assert f"subagent_message(id={row.id})" in wake.body
+        await anyio.sleep(0.2)
+        assert len(runtimes[row.id].prompts) == 1
+        assert (await subagents.status(0, row.id)).state == "failed"
+
+
+async def test_a_long_answer_reaches_the_parent_bounded_and_whole_in_its_status(tmp_path: Path) -> None:
+    long = "x" * (WAKE_ANSWER_CHARS * 3)
+    async with hive(tmp_path, answer(long)) as (subagents, inbox, _):
+        row, _ = await subagents.start(0, "write a lot")
+        await until(lambda: parent_wakes(inbox))
+        (wake,) = await parent_wakes(inbox)
+        assert len(wake.body) < WAKE_ANSWER_CHARS + 200
+        assert f"subagent_status(id={row.id})" in wake.body
+        assert (await subagents.status(0, row.id)).answer == long
+
+
+async def test_the_concurrency_limit_refuses_with_what_to_do(tmp_path: Path) -> None:
+    async with hive(tmp_path, limits=SubagentLimits(max_concurrent=1), hang=True) as (subagents, _, _):
+        await subagents.start(0, "first")
+        with pytest.raises(ToolFailure, match="HIVE_SUBAGENT_MAX_CONCURRENT=1") as refused:
+            await subagents.start(0, "second")
+        assert "cancel one" in refused.value.message
+
+
+async def test_a_sub_agent_may_delegate_only_when_its_profile_allows_and_the_depth_permits(tmp_path: Path) -> None:
+    profiles = {"lead": Profile(name="lead", delegate=True)}
+    async with hive(tmp_path, limits=SubagentLimits(max_depth=2), profiles=profiles, hang=True) as (subagents, _, _):
+        plain, _ = await subagents.start(0, "plain")
+        with pytest.raises(ToolFailure, match="does not let you start sub-agents"):
+            await subagents.start(plain.id, "nested")
+        lead, _ = await subagents.start(0, "lead", "lead")
+        nested, _ = await subagents.start(lead.id, "nested", "lead")
+        assert nested.depth == 2 and nested.parent == lead.id
+        with pytest.raises(ToolFailure, match="depth 3; the most is 2"):
+            await subagents.start(nested.id, "too deep")
+
+
+async def test_an_unknown_profile_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
+    async with hive(tmp_path, profiles={"reviewer": Profile(name="reviewer")}) as (subagents, _, _):
+        with pytest.raises(ToolFailure, match=r"no sub-agent profile 'nope'; profiles: default, reviewer"):
+            await subagents.start(0, "x", "nope")
+
+
+async def test_a_spent_budget_stops_the_turn_and_ends_the_sub_agent(tmp_path: Path) -> None:
+    profiles = {"brief": Profile(name="brief", budget=0.2)}
+    async with hive(tmp_path, profiles=profiles, hang=True) as (subagents, inbox, _):
+        row, _ = await subagents.start(0, "endless", "brief")
+        await until(lambda: parent_wakes(inbox))
+        (wake,) = await parent_wakes(inbox)
+        assert "time budget of 0.2 s" in wake.body
+        stored = await subagents.status(0, row.id)
+        assert stored.state == "spent" and stored.final
+        with pytest.raises(ToolFailure, match="has ended"):
+            await subagents.message(0, row.id, "more")
+
+
+async def test_a_parent_cancelling_is_told_by_its_tool_and_not_woken(tmp_path: Path) -> None:
+    async with hive(tmp_path, hang=True) as (subagents, inbox, runtimes):
+        row, _ = await subagents.start(0, "long job")
+        await until(lambda: _true(row.id in runtimes and runtimes[row.id].in_turn))
+        ended = await subagents.cancel(0, row.id)
+        assert ended.state == "cancelled"
+        assert subagents.engine.killed == [row.id]  # type: ignore[attr-defined]
+        await anyio.sleep(0.1)
+        assert await parent_wakes(inbox) == []
+        assert await inbox.for_agent(row.id).waiting_wakes() == []  # its task is not carried again
+
+
+async def test_the_operator_cancelling_wakes_the_parent_and_ends_the_sub_agents_own(tmp_path: Path) -> None:
+    profiles = {"lead": Profile(name="lead", delegate=True)}
+    async with hive(tmp_path, profiles=profiles, hang=True) as (subagents, inbox, _):
+        lead, _ = await subagents.start(0, "lead", "lead")
+        child, _ = await subagents.start(lead.id, "child")
+        await subagents.cancel(None, lead.id)
+        (wake,) = await parent_wakes(inbox)
+        assert wake.body == f"sub-agent {lead.id} was cancelled by the operator."
+        assert (await subagents.status(None, child.id)).state == "cancelled"
+
+
+async def test_an_agent_reaches_only_its_own_sub_agents(tmp_path: Path) -> None:
+    async with hive(tmp_path, hang=True) as (subagents, _, _):
+        row, _ = await subagents.start(0, "mine")
+        with pytest.raises(ToolFailure, match=f"no sub-agent {row.id} of yours"):
+            await subagents.status(row.id + 1, row.id)
+        with pytest.raises(ToolFailure, match="no sub-agent 99 of yours"):
+            await subagents.cancel(0, 99)
+
+
+async def test_a_message_runs_another_turn_in_the_same_sub_agent(tmp_path: Path) -> None:
+    async with hive(tmp_path, lambda prompt: ResultLine(result=f"read {len(prompt)}", stop_reason="end_turn")) as (
+        subagents,
+        inbox,
+        runtimes,
+    ):
+        row, _ = await subagents.start(0, "first")
+        await until(lambda: parent_wakes(inbox))
+        await subagents.message(0, row.id, "and now this")
+        await until(lambda: _count(inbox, 2))
+        assert len(runtimes[row.id].prompts) == 2 and "and now this" in runtimes[row.id].prompts[1]
+
+
+async def _count(inbox: Inbox, n: int) -> bool:
+    return len(await parent_wakes(inbox)) >= n
+
+
+async def test_a_restart_takes_up_a_working_sub_agent_and_its_answer_arrives_once(tmp_path: Path) -> None:
+    async with hive(tmp_path, hang=True) as (subagents, inbox, runtimes):
+        row, _ = await subagents.start(0, "survive a restart")
+        await until(lambda: _true(row.id in runtimes and runtimes[row.id].in_turn))
+    # The service stopped mid-turn: the turn is cut (its wake carried again), the sub-agent still working.
+    async with hive(tmp_path, answer("after the restart")) as (subagents, inbox, runtimes):
+        await until(lambda: parent_wakes(inbox))
+        (wake,) = await parent_wakes(inbox)
+        assert wake.body == "after the restart"
+        assert "survive a restart" in runtimes[row.id].prompts[0]
+        assert (await subagents.status(0, row.id)).state == "idle"
+
+
+def test_a_turn_end_on_a_sub_agent_that_ended_writes_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    table = SubagentTable(store)
+    row = table.create(parent=0, depth=1, profile="default", task="t", workdir="/", worktree=False, first_prompt="p")
+    assert table.end(row.id, "cancelled", "by the operator", parent_wake="told once")
+    report = TurnReport(state="idle", busy_ms=5, answer="late", parent_wake="never")
+    assert not table.after_turn(row.id, report)
+    bodies = [w.body for w in WakeTable(store, 0).waiting()]
+    assert bodies == ["told once"] and table.get(row.id).answer is None
+    assert WakeTable(store, row.id).waiting() == []  # its first prompt was set aside with it
+
+
+def test_a_turn_report_and_the_parents_wake_commit_together(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    table = SubagentTable(store)
+    row = table.create(parent=0, depth=1, profile="default", task="t", workdir="/", worktree=False, first_prompt="p")
+    report = TurnReport(state="idle", busy_ms=5, answer="a", parent_wake="a")
+    with pytest.raises(RuntimeError), store.transaction():
+        table.after_turn(row.id, report)
+        raise RuntimeError("the turn's end failed to commit")
+    assert WakeTable(store, 0).waiting() == [] and table.get(row.id).turns == 0
+    assert dataclasses.replace(report).parent_wake == "a"
