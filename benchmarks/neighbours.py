@@ -203,8 +203,8 @@ def report(r: dict[str, Any], argv: list[str]) -> str:
         return f"{x * 1e3:.1f} ms"
 
     rows = []
-    for name, xs in r["status_s"].items():
-        xs = sorted(xs)
+    for name, times in r["status_s"].items():
+        xs = sorted(times)
         p95 = xs[min(len(xs) - 1, int(len(xs) * 0.95))]
         within = sum(x < 0.1 for x in xs)
         rows.append(f"| {name} | {ms(median(xs))} | {ms(p95)} | {ms(xs[-1])} | {within} of {len(xs)} |")
