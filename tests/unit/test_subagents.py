@@ -28,7 +28,7 @@ from hyperhive.subagent_profiles import Profile, SubagentLimits
 from tests.unit.test_harness_loop import FakeRuntime
 
 pytestmark = pytest.mark.anyio
-FAST = LoopPolicy(max_attempts=1, backoff_base=0.01, backoff_cap=0.01)
+FAST = LoopPolicy(backoff_base=0.01, backoff_cap=0.01)
 
 
 class NoTasks:

@@ -189,6 +189,11 @@ class Records:
             if report is None:
                 return False
             written = SubagentTable(self.store).after_turn(self.agent, report)
+            if written and report.state != "idle":
+                # Told to the parent as a failure: not carried again behind its back (it may message the
+                # sub-agent to try again). A turn cut by a crash has no report, and its wakes are carried again.
+                (carried,) = db.execute("SELECT wake_ids FROM turns WHERE id = ?", (turn_id,)).fetchall()[0]
+                self.wakes.set_aside(json.loads(carried), f"told to the parent: {report.error}", now=now)
         return written and report.parent_wake is not None
 
     def interrupt_running_turns(self) -> int:

@@ -55,8 +55,9 @@ MAX_WAIT = 30.0  # as the bash tool `run`'s wait_seconds
 MAX_TASK_CHARS = 64 * 1024
 # How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
 WAKE_ANSWER_CHARS = 8000
-# A sub-agent's failed turn is told to its parent at once, not retried behind its back.
-SUBAGENT_POLICY = LoopPolicy(max_attempts=1, backoff_base=0.5, backoff_cap=5.0)
+# A sub-agent's failed turn is told to its parent at once and its wakes set aside with it (records.py), not
+# retried behind its back; the attempts count only turns cut by crashes, as the service's own agent's do.
+SUBAGENT_POLICY = LoopPolicy(backoff_base=0.5, backoff_cap=5.0)
 GIT_TIMEOUT = 60.0
 
 
