@@ -1,4 +1,4 @@
-"""`outbox -f` and `tail -f` follow again when the stream ends under them (cli/operator.py, `_follow_stream`).
+"""`outbox -f` and `tail -f` follow again when the stream ends under them (cli/follow.py, `follow_stream`).
 
 Issue 16: a follower dropped for falling behind (suspended with Ctrl-Z during a busy turn) printed "the
 service stopped" and exited 0 while the service ran. Here the service is a fake client whose subscriptions
@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.cli.operator import _follow_stream
+from hyperhive.cli.follow import follow_stream
 from hyperhive.control.wire import ServiceUnavailable
 
 
@@ -37,7 +37,7 @@ class Subscriptions:
 def follow(client: Subscriptions, *, say_missed: bool = True) -> tuple[list[dict[str, Any]], list[int]]:
     events: list[dict[str, Any]] = []
     subscribed: list[int] = []
-    anyio.run(_follow_stream, client, events.append, lambda answer: subscribed.append(answer["next_seq"]), say_missed)
+    anyio.run(follow_stream, client, events.append, lambda answer: subscribed.append(answer["next_seq"]), say_missed)
     return events, subscribed
 
 

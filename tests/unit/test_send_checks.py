@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hyperhive.cli.operator import send
+from hyperhive.cli.send import send
 from hyperhive.control.send import MAX_BODY, BadSend, check_send
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable

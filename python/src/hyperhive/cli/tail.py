@@ -1,0 +1,146 @@
+"""`hyperhive tail`: the end of the newest transcript, read back from its end within bounds; `-f` follows the
+live stream with turn boundaries."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from hyperhive.cli import config_or_exit
+from hyperhive.cli.follow import follow_service
+from hyperhive.cli.operator import RAW_HELP, existing_state, shown
+from hyperhive.errors import HyperhiveError
+from hyperhive.visible import visible, visible_json
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from hyperhive.config import Config
+
+TAIL_LINES = 200
+TAIL_BYTES = "2M"
+_SIZES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A size for --bytes: a whole number of bytes, or with K, M or G (powers of 1024)."""
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in _SIZES else ""
+    number = text[: len(text) - len(unit)]
+    if not number.isdigit() or int(number) == 0:
+        raise click.BadParameter(f"{value!r} is not a size: a whole number of bytes, or with K, M or G")
+    return int(number) * _SIZES[unit]
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Follow the live stream (needs the service).")
+@click.option("--json", "as_json", is_flag=True, help="The stream-json lines instead of readable ones.")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
+@click.option(
+    "-n", "--lines", "count", default=TAIL_LINES, show_default=True, help="How many of the transcript's last lines."
+)
+@click.option(
+    "--bytes",
+    "max_bytes",
+    default=TAIL_BYTES,
+    show_default=True,
+    callback=_size,
+    help="Read at most this much of the transcript's end (K, M, G); lines beyond it are left out, and said to be.",
+)
+def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> None:
+    """The agent's turns as they happen (readable like `hyperhive turn --render`).
+
+    Without -f: the end of the latest transcript, read back from its end (never the whole file), at most
+    --lines lines within its last --bytes bytes.
+    """
+    from hyperhive.runtime.render import render_line, use_color
+    from hyperhive.runtime.stream import line_from_dict
+
+    config = config_or_exit(read_mcp_servers=False)
+    color = use_color(sys.stdout)
+    as_shown = shown(raw)
+    # JSON escapes C0 itself; C1 controls, bidi overrides and line separators are escaped too unless raw.
+    as_text: Callable[[Any], str] = (lambda doc: json.dumps(doc, ensure_ascii=False)) if raw else visible_json
+
+    def show_line(doc: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(as_text(doc))
+        else:
+            try:
+                for text in render_line(line_from_dict(doc), color=color, raw=raw):
+                    click.echo(text)
+            except HyperhiveError:
+                click.echo(as_text(doc))
+        sys.stdout.flush()
+
+    if not follow:
+        existing_state(config)
+        latest = _latest_transcript(config)
+        if latest is None:
+            click.echo("no turns yet")
+            return
+        _show_transcript_end(latest, count, max_bytes, show_line)
+        return
+
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "line":
+            show_line(event["line"])
+        elif as_json:
+            return
+        elif kind == "turn_start":
+            wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
+            click.echo(as_shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
+        elif kind == "turn_end":
+            error = f": {event['error']}" if event.get("error") else ""
+            click.echo(as_shown(f"── turn {event['turn']} {event['outcome']}{error}"))
+        elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
+            click.echo(as_shown(f"── {event['state']}"))
+        sys.stdout.flush()
+
+    follow_service(config, on_event, say_missed=True)
+
+
+def _show_transcript_end(path: Path, count: int, max_bytes: int, show: Callable[[dict[str, Any]], None]) -> None:
+    """The last lines of a transcript, one at a time (memory bounded by `max_bytes`), and a word on stderr
+    when the bound left some out."""
+    from hyperhive.runtime.transcript import read_span, transcript_end
+
+    end = transcript_end(path, count, max_bytes)
+    bound = f"--bytes {_human(max_bytes)}"
+    if end.oversized:
+        _note(f"the last line of {path} is longer than {bound}: not shown (a larger --bytes shows it)")
+    elif end.earlier:
+        _note(
+            f"the last {len(end.spans)} lines of {path}; the lines before them are beyond {bound} (raise it for more)"
+        )
+    for span in end.spans:
+        try:
+            show(json.loads(read_span(path, span).decode("utf-8", errors="replace")))
+        except ValueError:
+            continue
+
+
+def _note(text: str) -> None:
+    click.echo(f"hyperhive: {visible(text)}", err=True)
+    sys.stderr.flush()
+
+
+def _human(size: int) -> str:
+    """A size as --bytes takes it."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def _latest_transcript(config: Config) -> Path | None:
+    from hyperhive.statedir import TRANSCRIPT_SUFFIX
+
+    files = sorted(config.state.transcripts.glob(f"*{TRANSCRIPT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
+    return files[-1] if files else None
