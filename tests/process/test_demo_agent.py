@@ -18,7 +18,8 @@ from mcp.server.fastmcp import Context, FastMCP
 
 from hyperhive.config import Config
 from hyperhive.demo_agent.plan import DEMO_COMMAND, Wake, last_output_line, parse_wakes, plan_wake
-from hyperhive.harness.http_server import Limits, loopback_listener, serve_http
+from hyperhive.harness.http_limits import Limits
+from hyperhive.harness.http_server import loopback_listener, serve_http
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
 from hyperhive.runtime.acp import AcpRuntime
 from hyperhive.runtime.base import ListSink

@@ -15,18 +15,10 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.http_server import (
-    DEFAULT_LIMITS,
-    Admit,
-    Limits,
-    Receive,
-    Refusal,
-    Scope,
-    Send,
-    admit_all,
-    serve_http,
-)
+from hyperhive.harness.http_asgi import Receive, Scope, Send
+from hyperhive.harness.http_limits import DEFAULT_LIMITS, Admit, Limits, Refusal, admit_all
 from hyperhive.harness.http_server import loopback_listener as listen
+from hyperhive.harness.http_server import serve_http
 
 pytestmark = pytest.mark.anyio
 

@@ -29,7 +29,7 @@ from mcp.types import CallToolResult, TextContent
 from hyperhive.harness import http_gate
 from hyperhive.harness.http_files import HttpToolsError, load_token, read_endpoint
 from hyperhive.harness.http_gate import INLINE_CHECK_BYTES, MAX_CONTAINERS, not_json
-from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits
+from hyperhive.harness.http_limits import DEFAULT_LIMITS, Limits
 from hyperhive.harness.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed

@@ -1,6 +1,6 @@
 """In front of the mcp SDK's app: who may send a body, judged from the head; and only JSON in UTF-8 gets in.
 
-Two halves, one for each phase of harness/http_server.py:
+Two halves, one for each phase of harness/http_connection.py:
 
 - `Admission`, from a request's head alone: POST only, and the bearer token. Stateless, the tools' server
   never sends anything unasked, so the optional GET stream would only idle (and hold shutdown up) and
@@ -27,7 +27,8 @@ import json
 
 from hyperhive import jsontext
 from hyperhive.harness.agent_tokens import AgentTokens
-from hyperhive.harness.http_server import App, Message, Receive, Refusal, Scope, Send
+from hyperhive.harness.http_asgi import App, Message, Receive, Scope, Send
+from hyperhive.harness.http_limits import Refusal
 from hyperhive.worker import SerialWorker
 
 # The arrays and objects one request may hold: a tool call of ours holds a handful.

@@ -39,7 +39,8 @@ from hyperhive.harness.http_files import (
     write_endpoint,
 )
 from hyperhive.harness.http_gate import Admission, JsonBodies
-from hyperhive.harness.http_server import DEFAULT_LIMITS, Limits, loopback_listener, serve_http
+from hyperhive.harness.http_limits import DEFAULT_LIMITS, Limits
+from hyperhive.harness.http_server import loopback_listener, serve_http
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.own_tools import INSTRUCTIONS, add_tools
 from hyperhive.harness.replies import HYPERHIVE_SERVER, TurnReplies

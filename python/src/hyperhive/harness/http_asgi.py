@@ -1,0 +1,112 @@
+"""The ASGI side of the HTTP server (http_server.py): the shapes an app is called with, a request's `http`
+scope built from its head, and the exchange through which the app reads the request and answers it.
+
+The `http` scope (spec 2.3) only; no lifespan (the caller runs what the app needs around `serve_http`), no
+websockets. The app gets the whole body in one `http.request` message (read before it is called), and
+`http.disconnect` once the answer is complete or the client is gone; nothing reads the socket while the app
+works on a request, so a client leaving mid-request is noticed at the answer.
+"""
+
+from __future__ import annotations
+
+import http
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import anyio
+import h11
+
+if TYPE_CHECKING:
+    from hyperhive.harness.http_connection import Connection
+
+# The ASGI shapes (what starlette.types names; spelled out here, since starlette is the mcp SDK's dependency).
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# (host, port) of our end and of the client's, as the scope's `server` and `client` (None when gone).
+Names = tuple[tuple[str, int] | None, tuple[str, int] | None]
+
+
+def request_scope(names: Names, request: h11.Request) -> Scope:
+    path, _, query = request.target.partition(b"?")
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": request.http_version.decode(),
+        "server": names[0],
+        "client": names[1],
+        "scheme": "http",
+        "method": request.method.decode(),
+        "root_path": "",
+        "path": unquote(path.decode("ascii")),
+        "raw_path": path,
+        "query_string": query,
+        "headers": [(name, value) for name, value in request.headers],  # names lowercased by h11
+    }
+
+
+class Exchange:
+    """One request and its answer, as the app sees them (`receive`, `send`); the body is read already."""
+
+    def __init__(self, conn: Connection, scope: Scope, body: bytes) -> None:
+        self.conn = conn
+        self.scope = scope
+        self.started = False  # http.response.start received
+        self.complete = False  # the whole answer is written
+        self._head: h11.Response | None = None
+        self._body: bytes | None = body
+        self._over = anyio.Event()  # answered, failed or the client gone: `receive` says disconnect
+
+    def finish(self) -> None:
+        self._over.set()
+
+    async def receive(self) -> Message:
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self._over.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        conn = self.conn
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = True
+            status = int(message["status"])
+            headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+            self._head = h11.Response(status_code=status, headers=headers, reason=reason(status))
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        if not self.started or self.complete:
+            raise RuntimeError("http.response.body outside a response")
+        if conn.lost:  # as uvicorn did: what is sent after the client left is dropped
+            return
+        data = b""
+        if self._head is not None:
+            data += conn.h11.send(self._head) or b""
+            self._head = None
+        body = bytes(message.get("body", b""))
+        if body:
+            data += conn.h11.send(h11.Data(data=body)) or b""
+        more = bool(message.get("more_body", False))
+        if not more:
+            data += conn.h11.send(h11.EndOfMessage()) or b""
+        await conn.write(data)
+        if not more:
+            self.complete = True
+            self._over.set()
+
+
+def reason(status: int) -> bytes:
+    """The status line's reason phrase (empty for a status Python does not name)."""
+    try:
+        return http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
