@@ -5,7 +5,7 @@ Issue 16, item 12 and what was seen beside it:
 - `hyperhive agent` against a directory where `token`, `http.json` or `harness.sock` should be, or a state
   directory whose socket path is over the 107 bytes a Unix socket allows, ended in a traceback and exit 1
   (which systemd retries); with a file where `transcripts/` should be, or a directory for `claude-mcp.json`,
-  it started and failed later. Every path of the layout (statedir.py names each, with its kind) is tried
+  it started and failed later. Every path of the layout (statedir/layout.py names each, with its kind) is tried
   here in the wrong kind, and a few more ways (a symlink, a FIFO that blocked the start for ever).
 - On a read-only state directory even `status`, `outbox` and `tasks` failed; on a full one offline `status`
   said "disk I/O error". Reading must work when the file can be read; a write says what stops it.
@@ -26,14 +26,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hyperhive import statedir
+from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.layout import DEMO_LOG, DEMO_WORK, LAYOUT, TOKEN, Entry
 from tests.faults.conftest import Record
 from tests.faults.test_resource_limits import fill, needs_mount, tmpfs
 from tests.process.harness_service import service_env
 
 START_TIMEOUT = 30.0
 # Made by `hyperhive demo` in its own temporary state directory, never by the service.
-DEMO_ONLY = {statedir.DEMO_LOG, statedir.DEMO_WORK}
+DEMO_ONLY = {DEMO_LOG, DEMO_WORK}
 
 
 def env_in(base: Path, **extra: str) -> dict[str, str]:
@@ -65,12 +66,12 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str | None:
 # -- the service's start ------------------------------------------------------------------------------
 
 
-def _wrong_kind(entry: statedir.Entry) -> Callable[[Path], None]:
+def _wrong_kind(entry: Entry) -> Callable[[Path], None]:
     """Put the other kind of thing where `entry` belongs: a directory (not empty) for a file or a socket, a
     file for a directory."""
 
     def plant(path: Path) -> None:
-        statedir.make_dirs(path.parent)
+        make_dirs(path.parent)
         if entry.kind == "dir":
             path.write_text("not a directory\n")
         else:
@@ -94,13 +95,13 @@ def _fifo(path: Path) -> None:
 def start_cases() -> dict[str, tuple[str, Callable[[Path], None]]]:
     """Each case: the path (relative to the state directory) and what to put there."""
     cases: dict[str, tuple[str, Callable[[Path], None]]] = {}
-    for entry in statedir.LAYOUT:
+    for entry in LAYOUT:
         if "*" in entry.pattern or entry.pattern in DEMO_ONLY:
             continue
         other = "a file" if entry.kind == "dir" else "a directory"
         cases[f"{other} as {entry.pattern} ({entry.what})"] = (entry.pattern, _wrong_kind(entry))
-    cases[f"a symlink as {statedir.TOKEN}"] = (statedir.TOKEN, _symlink)
-    cases[f"a FIFO as {statedir.TOKEN}"] = (statedir.TOKEN, _fifo)
+    cases[f"a symlink as {TOKEN}"] = (TOKEN, _symlink)
+    cases[f"a FIFO as {TOKEN}"] = (TOKEN, _fifo)
     return cases
 
 
@@ -135,9 +136,9 @@ def test_every_unusable_path_ends_the_services_start_in_one_line_and_exit_3(tmp_
         wrong["a state directory whose socket path is over 107 bytes"] = f"exit {proc.returncode}: {proc.stderr[-600:]}"
     assert not wrong, "\n\n".join(f"{case}:\n{why}" for case, why in wrong.items())
     record(
-        "`hyperhive agent` where a path of the state directory is unusable: each path of the layout (statedir.py) "
-        "as the other kind (a directory for a file or the socket, a file for a folder), the token as a symlink "
-        "and as a FIFO, and a state directory whose socket path is over 107 bytes",
+        "`hyperhive agent` where a path of the state directory is unusable: each path of the layout "
+        "(statedir/layout.py) as the other kind (a directory for a file or the socket, a file for a folder), "
+        "the token as a symlink and as a FIFO, and a state directory whose socket path is over 107 bytes",
         "each refused at start with one line naming the path, what is there and the fix, exit 3 (no traceback, "
         "no exit 1 for systemd to retry, no start that fails later, no start blocked on the FIFO)",
         f"{len(refused)} of {len(refused) + len(wrong)} refused in one line, exit 3, slowest {slowest:.1f} s (on "
@@ -171,7 +172,7 @@ def write_state(state: Path, how: str) -> None:
     file alone) or `crash` (killed: its -wal and -shm left beside it)."""
     subprocess.run([sys.executable, "-c", _WRITE_STATE, str(state / "hyperhive.db"), how], check=False, timeout=60)
     assert (state / "hyperhive.db-wal").exists() == (how == "crash"), sorted(p.name for p in state.iterdir())
-    statedir.make_dirs(state / "transcripts")
+    make_dirs(state / "transcripts")
     lines = [
         {
             "type": "assistant",
@@ -283,7 +284,7 @@ BLOCK_CHARS = 900 * 1024
 def write_transcript(path: Path) -> int:
     """A transcript of about TRANSCRIPT_MB MB: text blocks of 900 KiB (as an agent flooding text writes them),
     then a result line; its size."""
-    statedir.make_dirs(path.parent)
+    make_dirs(path.parent)
     text = ("all work and no play " * (BLOCK_CHARS // 21))[:BLOCK_CHARS]
     with path.open("w") as f:
         n = 0

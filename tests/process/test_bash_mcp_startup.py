@@ -74,7 +74,7 @@ def forwarding_forbidden(modules: set[str]) -> list[str]:
 def test_the_forwarding_bash_mcp_imports_no_asyncio_anyio_engine_or_store(tmp_path: Path, told: bool) -> None:
     """Under the harness the per-turn server only lists the tools and forwards calls, on threads."""
     from hyperhive.control.lock import ServiceLock
-    from hyperhive.statedir import StateDir
+    from hyperhive.statedir.layout import StateDir
 
     state = tmp_path / "state"
     state.mkdir()

@@ -1,4 +1,4 @@
-"""The state directory's layout (statedir.py) is the whole truth: every path hyperhive makes there is one the
+"""The state directory's layout (statedir/layout.py) is the whole truth: every path hyperhive makes there is one the
 layout names, of the kind it names, with the mode it names, whatever the umask."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hyperhive import statedir
 from hyperhive.cli.demo import make_state_dir
 from hyperhive.config import Config
 from hyperhive.runtime.claude import ClaudeRuntime
 from hyperhive.runtime.sessions import Sessions
-from hyperhive.statedir import LAYOUT, StateDir, entry_of
+from hyperhive.statedir.directory import ensure_dir, make_dirs, prepare
+from hyperhive.statedir.files import create_once, read_secret, write_file
+from hyperhive.statedir.layout import DIR_MODE, LAYOUT, StateDir, child_entry, entry_of, task_output, transcript
 from hyperhive.store.database import Store
 from tests.process.bash_client import bash_server
 from tests.process.harness_service import running_service
@@ -42,7 +43,7 @@ def against_the_layout(state: Path) -> list[str]:
     """Every path under `state` that the layout does not name, or names with another kind or mode."""
     problems = []
     root_mode = stat.S_IMODE(state.stat().st_mode)
-    if root_mode != statedir.DIR_MODE:
+    if root_mode != DIR_MODE:
         problems.append(f"the state directory itself: mode {root_mode:04o}")
     for path in sorted(state.rglob("*")):
         relative = path.relative_to(state).as_posix()
@@ -71,16 +72,16 @@ def test_every_path_the_state_directory_names_is_in_the_layout_as_what_it_is(tmp
         paths.transcripts: "dir",
         paths.demo_log: "file",
         paths.demo_work: "dir",
-        statedir.task_output(paths.tasks, 12, "out"): "file",
-        statedir.task_output(paths.tasks, 12, "err"): "file",
-        statedir.child_entry(paths.children, 4321): "file",
-        statedir.transcript(paths.transcripts, "ses/../sion 1"): "file",
-        statedir.transcript(paths.transcripts, None): "file",
+        task_output(paths.tasks, 12, "out"): "file",
+        task_output(paths.tasks, 12, "err"): "file",
+        child_entry(paths.children, 4321): "file",
+        transcript(paths.transcripts, "ses/../sion 1"): "file",
+        transcript(paths.transcripts, None): "file",
     }
     for path, kind in named.items():
         entry = entry_of(path.relative_to(tmp_path).as_posix())
         assert entry is not None and entry.kind == kind, path
-    assert statedir.transcript(paths.transcripts, "ses/../sion 1").parent == paths.transcripts
+    assert transcript(paths.transcripts, "ses/../sion 1").parent == paths.transcripts
     assert entry_of("harness/bash-tasks/12.out/x") is None and entry_of("stray") is None
     assert len({e.pattern for e in LAYOUT}) == len(LAYOUT)
 
@@ -100,17 +101,17 @@ def test_the_guard_sees_a_stray_file_and_a_wrong_mode(tmp_path: Path) -> None:
 def test_files_written_whole_are_private_whatever_the_umask_and_leave_no_temporary(tmp_path: Path) -> None:
     paths = StateDir(tmp_path / "state")
     with umask(0):
-        statedir.prepare(paths.root)
-        statedir.write_file(paths.endpoint, "{}\n")
-        assert statedir.create_once(paths.token, "secret-secret-secret\n")
-        assert not statedir.create_once(paths.token, "another\n")  # never replaced
-        statedir.ensure_dir(paths.tasks, "tasks directory")
-        statedir.make_dirs(paths.children)
+        prepare(paths.root)
+        write_file(paths.endpoint, "{}\n")
+        assert create_once(paths.token, "secret-secret-secret\n")
+        assert not create_once(paths.token, "another\n")  # never replaced
+        ensure_dir(paths.tasks, "tasks directory")
+        make_dirs(paths.children)
         with Store(paths.db) as store:
             config = Config(state_dir=paths.root, workdir=tmp_path)
             ClaudeRuntime(config, Sessions(store)).write_mcp_config()
     assert paths.token.read_text() == "secret-secret-secret\n"
-    assert statedir.read_secret(paths.token, "the token file") == b"secret-secret-secret\n"
+    assert read_secret(paths.token, "the token file") == b"secret-secret-secret\n"
     assert against_the_layout(paths.root) == []
     assert paths.claude_mcp_config.exists()
 

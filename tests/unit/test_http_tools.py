@@ -38,7 +38,7 @@ from hyperhive.harness.records import AGENT, TIMER, Records
 from hyperhive.harness.replies import HYPERHIVE_SERVER, MAX_BODY_BYTES, REPLY_TOOL, TurnReplies
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, ToolUseBlock
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.layout import StateDir
 from hyperhive.store.database import Store
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import pytest
 
 from hyperhive.control.lock import ServiceLock, holder
 from hyperhive.errors import ServiceRunning
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.layout import StateDir
 
 
 def test_deleting_the_lock_file_lets_no_second_service_take_the_state_directory(tmp_path: Path) -> None:

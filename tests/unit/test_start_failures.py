@@ -1,5 +1,5 @@
 """Every failure of the service's start is one line with its exit status (harness/startup.py), and the state
-directory's layout is checked before anything is made in it (statedir.check_layout)."""
+directory's layout is checked before anything is made in it (check_layout)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hyperhive import statedir
 from hyperhive.config import load_config
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, StartFailed, StoreError, exit_status
 from hyperhive.harness import service
 from hyperhive.harness.startup import Startup
+from hyperhive.statedir.directory import check_layout, make_dirs
+from hyperhive.statedir.files import read_secret
+from hyperhive.statedir.layout import DEMO_WORK, ENDPOINT, MAX_SOCKET_PATH, SOCKET, TOKEN
 from tests.process.harness_service import service_env
 
 # -- what a failed step says --------------------------------------------------------------------------
@@ -97,9 +99,9 @@ async def test_a_step_failing_inside_the_services_start_is_one_error_naming_it(
 
 
 def test_a_path_of_the_layout_that_is_another_kind_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
-    (tmp_path / statedir.TOKEN).mkdir()
+    (tmp_path / TOKEN).mkdir()
     with pytest.raises(StoreError) as refused:
-        statedir.check_layout(tmp_path)
+        check_layout(tmp_path)
     assert str(refused.value) == (
         f"{tmp_path / 'token'} is a directory, not a regular file (the HTTP tools' bearer token): "
         "remove it or move it aside"
@@ -111,37 +113,37 @@ def test_a_folder_of_the_layout_that_is_a_file_is_refused(tmp_path: Path) -> Non
     (tmp_path / "harness").mkdir()
     (tmp_path / "harness" / "children").write_text("")
     with pytest.raises(StoreError, match="children is a regular file, not a directory"):
-        statedir.check_layout(tmp_path)
+        check_layout(tmp_path)
 
 
 def test_symlinks_and_fifos_in_the_layout_are_refused(tmp_path: Path) -> None:
-    (tmp_path / statedir.ENDPOINT).symlink_to(tmp_path / "elsewhere")
+    (tmp_path / ENDPOINT).symlink_to(tmp_path / "elsewhere")
     with pytest.raises(StoreError, match="is a symbolic link, not a regular file"):
-        statedir.check_layout(tmp_path)
-    (tmp_path / statedir.ENDPOINT).unlink()
-    os.mkfifo(tmp_path / statedir.ENDPOINT)
+        check_layout(tmp_path)
+    (tmp_path / ENDPOINT).unlink()
+    os.mkfifo(tmp_path / ENDPOINT)
     with pytest.raises(StoreError, match="is a FIFO or device"):
-        statedir.check_layout(tmp_path)
+        check_layout(tmp_path)
 
 
 def test_what_belongs_there_passes_and_the_demos_paths_are_not_the_services(tmp_path: Path) -> None:
-    statedir.make_dirs(tmp_path / "harness" / "children")
+    make_dirs(tmp_path / "harness" / "children")
     (tmp_path / "hyperhive.db").write_text("")
-    (tmp_path / statedir.DEMO_WORK).write_text("the demo's, not checked")
+    (tmp_path / DEMO_WORK).write_text("the demo's, not checked")
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(str(tmp_path / statedir.SOCKET))
-        statedir.check_layout(tmp_path)
+        sock.bind(str(tmp_path / SOCKET))
+        check_layout(tmp_path)
 
 
 def test_a_socket_path_over_107_bytes_is_refused_before_anything_is_made(tmp_path: Path) -> None:
-    deep = tmp_path / ("d" * (statedir.MAX_SOCKET_PATH - len(str(tmp_path)) - len("/harness.sock")))
-    statedir.check_layout(deep.parent / deep.name[:-1])  # 107 bytes exactly: fine
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path)) - len("/harness.sock")))
+    check_layout(deep.parent / deep.name[:-1])  # 107 bytes exactly: fine
     with pytest.raises(StoreError, match="is 108 bytes; a Unix socket's path holds at most 107"):
-        statedir.check_layout(deep)
+        check_layout(deep)
     assert not deep.exists()
 
 
 def test_a_token_that_is_a_directory_is_a_clear_error_not_an_os_error(tmp_path: Path) -> None:
-    (tmp_path / statedir.TOKEN).mkdir()
+    (tmp_path / TOKEN).mkdir()
     with pytest.raises(StoreError, match="is not a regular file"):
-        statedir.read_secret(tmp_path / statedir.TOKEN, "the token file")
+        read_secret(tmp_path / TOKEN, "the token file")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperhive import statedir
 from hyperhive.runtime.stream import StreamLine, line_from_dict
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.statedir.layout import transcript
 
 pytestmark = pytest.mark.anyio
 
@@ -96,7 +96,7 @@ async def test_transcripts_are_private(tmp_path: Path) -> None:
 
 
 def transcript_name(session_id: str) -> str:
-    path = statedir.transcript(Path("transcripts"), session_id)
+    path = transcript(Path("transcripts"), session_id)
     assert path.parent == Path("transcripts")
     return path.name
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hyperhive import jsontext
 from hyperhive.errors import ConfigError
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.layout import StateDir
 from hyperhive.subagent_profiles import Profile, SubagentLimits, load_profiles
 
 if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
@@ -73,7 +73,7 @@ class Config:
 
     @property
     def state(self) -> StateDir:
-        """The state directory's files and folders (statedir.py names them all)."""
+        """The state directory's files and folders (statedir/layout.py names them all)."""
         return StateDir(self.state_dir)
 
     def agent_mcp_servers(self) -> McpServers:

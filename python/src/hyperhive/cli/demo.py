@@ -30,10 +30,11 @@ import anyio.abc
 import click
 from anyio.streams.text import TextReceiveStream
 
-from hyperhive import statedir
 from hyperhive.errors import HyperhiveError
 from hyperhive.procs import Child, Stdio, run
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.files import open_file
+from hyperhive.statedir.layout import StateDir
 
 MESSAGE = "Please run a background task and tell me when it is done."
 SOCKET_WITHIN = 20.0
@@ -74,7 +75,7 @@ def demo_env(state: Path, base: Mapping[str, str]) -> dict[str, str]:
 def make_state_dir() -> Path:
     """A fresh private (0700) state directory with the agent's working directory in it."""
     state = Path(tempfile.mkdtemp(prefix="hyperhive-demo-"))  # mkdtemp creates it 0700
-    statedir.make_dirs(StateDir(state).demo_work)
+    make_dirs(StateDir(state).demo_work)
     return state
 
 
@@ -303,7 +304,7 @@ async def _steps(
     stop_within: float,
 ) -> None:
     paths = StateDir(state)
-    log_fd = statedir.open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log_fd = open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         service = await children.start(argv, env=env, stdout=log_fd, stderr=log_fd, label="the service")
     finally:

@@ -37,10 +37,10 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 def existing_state(config: Config) -> Path:
     """The state directory, which must exist: an operator command never creates an empty one."""
-    from hyperhive import statedir
+    from hyperhive.statedir.directory import prepare
 
     try:
-        statedir.prepare(config.state_dir, create=False)  # not ours to read, others can write it
+        prepare(config.state_dir, create=False)  # not ours to read, others can write it
     except StoreError as exc:
         if exc.data.get("problem") != "missing":  # missing: said below, with what to do
             fail(str(exc), EXIT_STATE)

@@ -140,7 +140,7 @@ def _human(size: int) -> str:
 
 
 def _latest_transcript(config: Config) -> Path | None:
-    from hyperhive.statedir import TRANSCRIPT_SUFFIX
+    from hyperhive.statedir.layout import TRANSCRIPT_SUFFIX
 
     files = sorted(config.state.transcripts.glob(f"*{TRANSCRIPT_SUFFIX}"), key=lambda p: p.stat().st_mtime)
     return files[-1] if files else None

@@ -1,6 +1,6 @@
 """One service per state directory: an advisory lock on the state directory itself, held for the service's life.
 
-The lock is `flock` on the directory that holds the lock file (`harness.lock`, statedir.py), opened
+The lock is `flock` on the directory that holds the lock file (`harness.lock`, statedir/layout.py), opened
 read-only, not on the file: a file can be unlinked, and a second service would lock a new one beside the
 first (issue 16: after `rm harness.lock` two services ran on one database, the second taking over the
 socket). A directory cannot be replaced under its database: whoever removes it removes the database with
@@ -20,8 +20,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from hyperhive import statedir
 from hyperhive.errors import ServiceRunning
+from hyperhive.statedir.files import open_file
 
 
 class ServiceLock:
@@ -89,7 +89,7 @@ def _open_dir(state_dir: Path) -> int:
 
 def _write_pid(path: Path) -> None:
     # O_NOFOLLOW, O_NONBLOCK: a link or a FIFO planted here neither sends the pid elsewhere nor hangs the start.
-    fd = statedir.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         os.write(fd, f"{os.getpid()}\n".encode())
     finally:
@@ -97,7 +97,7 @@ def _write_pid(path: Path) -> None:
 
 
 def _clear_pid(path: Path) -> None:
-    fd = statedir.open_file(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    fd = open_file(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         os.ftruncate(fd, 0)
     finally:
@@ -106,7 +106,7 @@ def _clear_pid(path: Path) -> None:
 
 def _read_pid(path: Path) -> int | None:
     with contextlib.suppress(OSError, ValueError):
-        fd = statedir.open_file(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_file(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
             return int(os.read(fd, 32).decode().strip() or 0) or None
         finally:

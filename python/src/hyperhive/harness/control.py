@@ -34,7 +34,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from hyperhive import jsontext, statedir
+from hyperhive import jsontext
 from hyperhive.control.wire import (
     MAX_ANSWER,
     MAX_REQUEST,
@@ -50,6 +50,7 @@ from hyperhive.control.wire import (
 from hyperhive.control.wire import dump as _dump
 from hyperhive.errors import HyperhiveError
 from hyperhive.harness.connections import AcceptPause, Admission, Limits, Ticket, accept_may_retry
+from hyperhive.statedir.files import private_socket
 
 log = logging.getLogger("hyperhive.harness")
 
@@ -131,7 +132,7 @@ class ControlServer:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # the caller holds the service lock: whatever is here is stale
-        with statedir.private_socket(self.path):
+        with private_socket(self.path):
             listener = await anyio.create_unix_listener(self.path)
         try:
             async with listener, anyio.create_task_group() as tg:

@@ -3,7 +3,7 @@
 The token (0600, created once and kept across restarts; an operator rotates it by deleting it, or writes
 their own) is what every agent must present; the endpoint file says where the last service to serve this
 state directory listened (`{"url", "pid"}`), written while it serves and removed when it stops. Both are
-named, and kept private, by statedir.py.
+named, and kept private, by statedir/.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperhive import statedir
 from hyperhive.errors import StoreError
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.files import create_once, read_secret, write_file
+from hyperhive.statedir.layout import StateDir
 
 # Tokens an operator may write themselves: visible ASCII (it travels in a header), not too short to guess.
 _TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{16,1024}")
@@ -35,14 +35,14 @@ def load_token(state_dir: Path) -> str:
     """The bearer token from the state directory's token file, created (0600, atomically) on first use.
 
     Refused, with the reason and the fix: a token file others can read or that is not ours, a symlink
-    (statedir.py's rules for a secret), or one whose content is not a token.
+    (statedir/files.py's rules for a secret), or one whose content is not a token.
     """
     path = StateDir(state_dir).token
     token = _read_token(path)
     if token is not None:
         return token
     try:
-        statedir.create_once(path, secrets.token_urlsafe(32) + "\n")  # never replaces a token just made
+        create_once(path, secrets.token_urlsafe(32) + "\n")  # never replaces a token just made
     except OSError as exc:
         raise HttpToolsError(f"cannot create the token file {path}: {exc.strerror}", path=str(path)) from exc
     token = _read_token(path)
@@ -53,7 +53,7 @@ def load_token(state_dir: Path) -> str:
 
 def _read_token(path: Path) -> str | None:
     try:
-        raw = statedir.read_secret(path, "the token file")
+        raw = read_secret(path, "the token file")
     except StoreError as exc:  # not a file only we can read: the tools cannot start
         raise HttpToolsError(exc.message, **exc.data) from exc
     if raw is None:
@@ -87,7 +87,7 @@ def read_endpoint(state_dir: Path) -> Endpoint | None:
 
 
 def write_endpoint(state_dir: Path, endpoint: Endpoint) -> None:
-    statedir.write_file(StateDir(state_dir).endpoint, json.dumps({"url": endpoint.url, "pid": endpoint.pid}) + "\n")
+    write_file(StateDir(state_dir).endpoint, json.dumps({"url": endpoint.url, "pid": endpoint.pid}) + "\n")
 
 
 def remove_endpoint(state_dir: Path, endpoint: Endpoint) -> None:

@@ -8,7 +8,7 @@ The harness's tables are reached through one `Inbox` (harness/inbox.py), which a
 doorbell and announces on the live feed; the engine reports the wakes of ended tasks to it (`on_wake`).
 The store's connections here, one per user, each used from its own worker thread (SQLite never runs on
 the event loop): the inbox's writer and reader, the engine's, and the runtime's sessions'. Every path in
-the state directory comes from `config.state` (statedir.py).
+the state directory comes from `config.state` (statedir/layout.py).
 
 Everything lives in one task group under one cancel scope; the order above is the order of start, and
 shutdown runs it backwards, each step bounded: the turn in flight is interrupted through the runtime
@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from hyperhive import __version__, statedir
+from hyperhive import __version__
 from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
 from hyperhive.control.send import OPERATOR, BadSend, check_send
@@ -48,6 +48,7 @@ from hyperhive.procs.registry import end_leftovers, record_children_in
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.statedir.directory import check_layout, prepare
 from hyperhive.store.database import Store, describe_sqlite_error
 from hyperhive.store.subagents import SubagentRow
 from hyperhive.store.tasks import TaskTable
@@ -219,8 +220,8 @@ async def serve(config: Config, *, policy: LoopPolicy | None = None) -> int:
 async def _serve(config: Config, policy: LoopPolicy | None, startup: Startup) -> int:
     state = config.state
     startup.at("prepare the state directory", state.root)
-    statedir.prepare(state.root)  # 0700; refused when others can write it
-    statedir.check_layout(state.root)  # nothing of it where it cannot be used
+    prepare(state.root)  # 0700; refused when others can write it
+    check_layout(state.root)  # nothing of it where it cannot be used
     notifier = SystemdNotifier()
     startup.at("take the service lock", state.lock)
     with ServiceLock(state.lock), contextlib.ExitStack() as closing:

@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 
 from hyperhive.errors import HyperhiveError, StartFailed, StoreError, hyperhive_error
-from hyperhive.statedir import StateDir
+from hyperhive.statedir.layout import StateDir
 from hyperhive.store.database import describe_sqlite_error
 
 log = logging.getLogger("hyperhive.harness")

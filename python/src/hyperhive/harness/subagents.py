@@ -30,7 +30,6 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from hyperhive import statedir
 from hyperhive.config import Config
 from hyperhive.errors import ToolFailure
 from hyperhive.harness.inbox import Inbox
@@ -45,6 +44,7 @@ from hyperhive.runtime.errors import SessionLost, TurnError
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.statedir.directory import make_dirs
 from hyperhive.store.subagents import SubagentRow, SubagentState, TurnReport
 from hyperhive.subagent_profiles import DEFAULT_PROFILE, Profile
 from hyperhive.tasks.engine import TaskEngine
@@ -405,7 +405,7 @@ class Subagents:
             )
 
     async def _make_worktree(self, parent_dir: Path, path: Path) -> None:
-        statedir.make_dirs(path.parent)
+        make_dirs(path.parent)
         problem = await self._git(parent_dir, "worktree", "add", "--detach", str(path), "HEAD")
         if problem is not None:
             raise ToolFailure(f"cannot make a git worktree of {parent_dir} at {path}: {problem}")

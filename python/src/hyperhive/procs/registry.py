@@ -20,8 +20,10 @@ import json
 import logging
 from pathlib import Path
 
-from hyperhive import statedir
 from hyperhive.procs.group import group_alive, process_start, terminate_group
+from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.files import write_file
+from hyperhive.statedir.layout import child_entry
 
 log = logging.getLogger("hyperhive.procs")
 
@@ -33,7 +35,7 @@ class _Recording:
 def record_children_in(directory: Path | None) -> None:
     """From now on, every `Child` spawned by this process is recorded in `directory` (None: stop recording)."""
     if directory is not None:
-        statedir.make_dirs(directory)
+        make_dirs(directory)
     _Recording.directory = directory
 
 
@@ -43,7 +45,7 @@ def remember(pid: int, label: str) -> None:
         return
     entry = json.dumps({"pid": pid, "start": process_start(pid), "label": label})
     try:
-        statedir.write_file(statedir.child_entry(_DIR, pid), entry)
+        write_file(child_entry(_DIR, pid), entry)
     except OSError as exc:
         log.warning("cannot record child %s (pid %d) in %s: %s", label, pid, _DIR, exc)
 
@@ -51,7 +53,7 @@ def remember(pid: int, label: str) -> None:
 def forget(pid: int) -> None:
     if _Recording.directory is not None:
         with contextlib.suppress(OSError):
-            statedir.child_entry(_Recording.directory, pid).unlink()
+            child_entry(_Recording.directory, pid).unlink()
 
 
 def _recorded(directory: Path) -> list[tuple[Path, int, str | None, str]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hyperhive import statedir
+from hyperhive.statedir.files import open_file
 
 Stdio = Literal["pipe", "devnull", "stdout"] | int | Path
 
@@ -82,7 +82,7 @@ def launch(
 
     def child_end(name: str, spec: Stdio, reading: bool) -> int:
         if isinstance(spec, Path):
-            fd = statedir.open_file(spec, _OUTPUT_FLAGS)  # 0600, close-on-exec
+            fd = open_file(spec, _OUTPUT_FLAGS)  # 0600, close-on-exec
             theirs.append(fd)
             return fd
         if isinstance(spec, int):

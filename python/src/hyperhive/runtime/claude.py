@@ -16,7 +16,6 @@ from pathlib import Path
 
 import anyio
 
-from hyperhive import statedir
 from hyperhive.config import Config
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.claude_process import EXIT_WAIT, KILL_GRACE, LEFTOVER_GRACE, ClaudeProcess
@@ -31,6 +30,8 @@ from hyperhive.runtime.errors import (
 )
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, parse_line
+from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.files import write_file
 
 log = logging.getLogger("hyperhive.runtime.claude")
 
@@ -140,8 +141,8 @@ class ClaudeRuntime:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
         doc = self.config.agent_mcp_servers().claude_config()
         path = self.config.claude_mcp_config
-        statedir.make_dirs(path.parent)
-        statedir.write_file(path, json.dumps(doc, indent=2))
+        make_dirs(path.parent)
+        write_file(path, json.dumps(doc, indent=2))
         return path
 
     # -- one turn ------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from hyperhive import statedir
 from hyperhive.runtime.stream import ResultLine, StreamLine, dump_line
+from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.files import open_file
+from hyperhive.statedir.layout import transcript
 
 log = logging.getLogger("hyperhive.runtime")
 
@@ -102,10 +104,10 @@ class TranscriptSink:
         self._failed, self._dropped = None, 0
 
     def _open(self, session_id: str | None) -> None:
-        """The session's file (a new `unknown-...` one without a session id), made as statedir.py says."""
-        statedir.make_dirs(self.dir)
-        self.path = statedir.transcript(self.dir, session_id)
-        fd = statedir.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        """The session's file (a new `unknown-...` one without a session id), made as statedir/ says."""
+        make_dirs(self.dir)
+        self.path = transcript(self.dir, session_id)
+        fd = open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def _write(self, line: StreamLine) -> None:

@@ -10,7 +10,7 @@ power loss can drop the last commits. That is the durability a restart needs, wi
 This module opens the database and keeps the connection; each table's queries live in a module of their
 own, the only one that writes it (store/tasks.py, store/wakes.py, store/sessions.py; the harness's turns
 and outbox in harness/records.py). The state is private (wake bodies carry task output): the directory
-and the database's files get their modes from statedir.py. A connection may be used from any thread,
+and the database's files get their modes from statedir/. A connection may be used from any thread,
 one thread at a time (the service keeps its store calls on worker threads, so that a busy wait never
 stalls the event loop).
 """
@@ -27,8 +27,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from hyperhive import statedir
 from hyperhive.errors import StoreError
+from hyperhive.statedir.directory import prepare
+from hyperhive.statedir.files import create_file, tighten
 from hyperhive.store.schema import MIGRATIONS, OWN_TABLES, SCHEMA_VERSION
 
 
@@ -109,7 +110,7 @@ class Store:
         self.path = path
         # Why the database is open read-only (`write=False` on a state directory that cannot be written).
         self.unwritable: str | None = None
-        statedir.prepare(path.parent, create=create)
+        prepare(path.parent, create=create)
         if not create and not path.exists():
             raise StoreError(
                 f"no state database at {path}: nothing has run here yet", path=str(path), problem="missing"
@@ -122,11 +123,11 @@ class Store:
             self._open_read_only(busy_timeout_ms, exc)
             return
         for suffix in ("", "-wal", "-shm"):
-            statedir.tighten(Path(f"{path}{suffix}"))
+            tighten(Path(f"{path}{suffix}"))
 
     def _open(self, busy_timeout_ms: int) -> None:
         path = self.path
-        statedir.create_file(path, "the state database")
+        create_file(path, "the state database")
         try:
             self._db = sqlite3.connect(
                 path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False

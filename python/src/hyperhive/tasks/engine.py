@@ -30,9 +30,10 @@ from types import TracebackType
 import anyio
 from anyio.abc import TaskGroup
 
-from hyperhive import statedir
 from hyperhive.procs import Leftovers, process_start, same_process, terminate_group
 from hyperhive.procs import cgroup as cgroups
+from hyperhive.statedir.directory import ensure_dir
+from hyperhive.statedir.layout import task_output
 from hyperhive.store.tasks import TaskRow, TaskTable
 from hyperhive.tasks import report
 from hyperhive.tasks.args import DEFAULT_WAIT, check_cmd, check_id, check_timeout, check_wait
@@ -105,7 +106,7 @@ class TaskEngine:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     async def __aenter__(self) -> TaskEngine:
-        statedir.ensure_dir(self.tasks_dir, "tasks directory")  # harness/ too, each level 0700
+        ensure_dir(self.tasks_dir, "tasks directory")  # harness/ too, each level 0700
         self._cgroups = cgroups.setup(self._cgroup_spec)
         self._recovery.start()
         self._tg = anyio.create_task_group()
@@ -278,10 +279,10 @@ class TaskEngine:
         return TaskView(row, read_tail(self.out_path(row.id)), read_tail(self.err_path(row.id)), remaining, containment)
 
     def out_path(self, task_id: int) -> Path:
-        return statedir.task_output(self.tasks_dir, task_id, "out")
+        return task_output(self.tasks_dir, task_id, "out")
 
     def err_path(self, task_id: int) -> Path:
-        return statedir.task_output(self.tasks_dir, task_id, "err")
+        return task_output(self.tasks_dir, task_id, "err")
 
     def wake_body(self, row: TaskRow) -> str:
         """What the agent reads when a task it is not waiting on ends."""
