@@ -8,11 +8,13 @@
 - `gate.py`: which turn a `session/update` belongs to, by wire position;
 - `turn.py`: one prompt in flight (idle watchdog, cancel, kill), against the small `PromptPeer` protocol;
 - `translate.py`: `session/update` → stream-json lines (pure);
+- `tool_calls.py`: a tool call's name, input and result text as the stream shows them (pure);
 - `client.py`: what hyperhive answers the agent (permissions by policy).
 """
 
 from hyperhive.runtime.acp.client import PermissionPolicy, choose_option
 from hyperhive.runtime.acp.runtime import AcpRuntime
-from hyperhive.runtime.acp.translate import Translator, mcp_tool_name, tool_name
+from hyperhive.runtime.acp.tool_calls import mcp_tool_name, tool_name
+from hyperhive.runtime.acp.translate import Translator
 
 __all__ = ["AcpRuntime", "PermissionPolicy", "Translator", "choose_option", "mcp_tool_name", "tool_name"]

@@ -10,7 +10,8 @@ What it builds:
   reaches `BLOCK_MAX_CHARS` is reported then and continued in a new one (a flood of chunks is never held
   whole: the open block's memory is bounded);
 - a tool call → an `assistant` line with a `tool_use` block once its input is known, then a `user` line
-  with its `tool_result` when it completes or fails;
+  with its `tool_result` when it completes or fails (named, and its input and result text found, as
+  tool_calls.py says);
 - `usage_update` → the context usage reported in the turn's `result` line;
 - the turn's text, for the `result` line, keeps its first `RESULT_MAX_CHARS` characters (all of it is in
   the text blocks).
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,19 +31,11 @@ from acp.schema import (
     AgentPlanRemovedUpdate,
     AgentPlanUpdate,
     AgentThoughtChunk,
-    AudioContentBlock,
     AvailableCommandsUpdate,
     ConfigOptionUpdate,
-    ContentToolCallContent,
     CurrentModeUpdate,
-    EmbeddedResourceContentBlock,
-    FileEditToolCallContent,
-    ImageContentBlock,
-    ResourceContentBlock,
     SessionInfoUpdate,
-    TerminalToolCallContent,
     TextContentBlock,
-    TextResourceContents,
     ToolCallProgress,
     ToolCallStart,
     Usage,
@@ -51,6 +43,13 @@ from acp.schema import (
     UserMessageChunk,
 )
 
+from hyperhive.runtime.acp.tool_calls import (
+    ToolContent,
+    claude_tool_name,
+    mcp_tool_input,
+    tool_content_text,
+    tool_name,
+)
 from hyperhive.runtime.stream import (
     AssistantBody,
     AssistantLine,
@@ -81,92 +80,12 @@ SessionUpdate = (
     | SessionInfoUpdate
     | UsageUpdate
 )
-ContentBlock = (
-    TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock
-)
-ToolContent = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
 
 # Statuses after which a tool call's input is final (opencode sends `rawInput: {}` or a partial input
 # with the `pending` tool_call, and the real input with the first `in_progress` update).
 _RUNNING = frozenset({"in_progress", "completed", "failed"})
 _FINISHED = frozenset({"completed", "failed"})
 UNFINISHED_TOOL_RESULT = "the turn ended before this tool call finished"
-
-
-# Titles that name an MCP server and its tool in so many words: "Tool: <server>/<tool>" (codex-acp 0.16)
-# and "<tool> (<server> MCP Server)" (gemini-cli 0.61). Only a known server name makes them a match.
-_SPELLED_OUT_TITLES = (
-    re.compile(r"^Tool: (?P<server>[^/]+)/(?P<tool>\S+)$"),
-    re.compile(r"^(?P<tool>\S+) \((?P<server>.+) MCP Server\)$"),
-)
-
-
-def mcp_tool_name(title: str, servers: Iterable[str]) -> str | None:
-    """`mcp__<server>__<tool>` for a title naming a tool of a known MCP server, else None.
-
-    claude-agent-acp already says `mcp__<server>__<tool>`; codex-acp and gemini-cli spell the server and
-    tool out (`_SPELLED_OUT_TITLES`). opencode says `<server>_<tool>`, which is ambiguous when server
-    names share a prefix (`fake` and `fake_http`), so the longest known server name that prefixes the
-    title wins.
-    """
-    if title.startswith("mcp__"):
-        return title
-    known = set(servers)
-    for pattern in _SPELLED_OUT_TITLES:
-        match = pattern.match(title)
-        if match and match.group("server") in known:
-            return f"mcp__{match.group('server')}__{match.group('tool')}"
-    best: tuple[str, str] | None = None
-    for server in known:
-        # opencode keeps only [A-Za-z0-9_-] of a server name in its tool names.
-        for prefix in {server, re.sub(r"[^A-Za-z0-9_-]", "_", server)}:
-            fits = title.startswith(prefix + "_") and len(title) > len(prefix) + 1
-            if fits and (best is None or len(prefix) > len(best[0])):
-                best = (prefix, server)
-    if best is None:
-        return None
-    prefix, server = best
-    return f"mcp__{server}__{title[len(prefix) + 1 :]}"
-
-
-def mcp_tool_input(name: str, raw_input: Any) -> dict[str, Any]:
-    """The tool's own arguments from an ACP `rawInput`.
-
-    codex-acp wraps an MCP call's arguments as `{"server", "tool", "arguments"}`; when that wrapper names
-    the same tool as `name`, its `arguments` are the input. Any other dict is the input itself.
-    """
-    if not isinstance(raw_input, dict):
-        return {} if raw_input is None else {"input": raw_input}
-    wrapped = raw_input.get("arguments")
-    if (
-        isinstance(wrapped, dict)
-        and set(raw_input) <= {"server", "tool", "arguments"}
-        and name == f"mcp__{raw_input.get('server')}__{raw_input.get('tool')}"
-    ):
-        return dict(wrapped)
-    return raw_input
-
-
-def tool_name(title: str | None, kind: str | None, meta: dict[str, Any] | None, servers: Iterable[str]) -> str:
-    """The `tool_use` name of an ACP tool call.
-
-    claude-agent-acp names the real tool in `_meta.claudeCode.toolName` (its `title` for Bash is
-    "Terminal"); otherwise an MCP-looking title is mapped back to `mcp__<server>__<tool>`, and any other
-    tool keeps its title (opencode's "bash", "read", …), or its kind when it has no title.
-    """
-    claude = claude_tool_name(meta)
-    if claude:
-        return claude
-    if title:
-        return mcp_tool_name(title, servers) or title
-    return kind or "tool"
-
-
-def claude_tool_name(meta: dict[str, Any] | None) -> str | None:
-    """`_meta.claudeCode.toolName`, claude-agent-acp's name of the real tool, when present."""
-    claude = (meta or {}).get("claudeCode")
-    name = claude.get("toolName") if isinstance(claude, dict) else None
-    return name if isinstance(name, str) and name else None
 
 
 def usage_fields(usage: Usage | None) -> dict[str, Any]:
@@ -182,29 +101,6 @@ def usage_fields(usage: Usage | None) -> dict[str, Any]:
         fields["thought_tokens"] = usage.thought_tokens
     fields["total_tokens"] = usage.total_tokens
     return fields
-
-
-def content_text(block: ContentBlock) -> str:
-    if isinstance(block, TextContentBlock):
-        return block.text
-    if isinstance(block, ResourceContentBlock):
-        return block.uri
-    if isinstance(block, EmbeddedResourceContentBlock):
-        resource = block.resource
-        return resource.text if isinstance(resource, TextResourceContents) else f"[resource {resource.uri}]"
-    return f"[{block.type}]"
-
-
-def tool_content_text(items: Iterable[ToolContent]) -> str:
-    parts: list[str] = []
-    for item in items:
-        if isinstance(item, ContentToolCallContent):
-            parts.append(content_text(item.content))
-        elif isinstance(item, FileEditToolCallContent):
-            parts.append(f"edited {item.path}")
-        else:
-            parts.append(f"[terminal {item.terminal_id}]")
-    return "\n".join(parts)
 
 
 # An open text or thinking block is reported once it holds this many characters, and goes on in a new block.
