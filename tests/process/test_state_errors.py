@@ -202,11 +202,11 @@ async def test_a_really_full_state_filesystem_leaves_the_engine_up(tmp_path: Pat
             bystander = (await engine.run("sleep 300", wait_seconds=0)).view.row.id
             ender = (await engine.run("while [ ! -e go ]; do sleep 0.02; done", wait_seconds=0)).view.row.id
             filler = state / "filler"
-            with filler.open("wb") as f:
+            # Unbuffered: a buffer left over by the failed write would be flushed, and fail, at the close.
+            with filler.open("wb", buffering=0) as f:
                 try:
                     for _ in range(1000):  # 64 MiB at most; the 512 KiB tmpfs is full long before
                         f.write(b"x" * 65536)
-                        f.flush()
                 except OSError:
                     pass
             message = ""
