@@ -533,7 +533,7 @@ let
     // optional (c.budget != null) { inherit (c) budget; };
   subagentsDocument = mapAttrs (_: profileJson) subagents;
   subagentsJson = failIfProblems (toJSON subagentsDocument);
-  # No profiles, no file: the harness then offers no sub-agents.
+  # No profiles, no file: the harness then offers only `default`, the agent's own runtime.
   subagentsFile = if subagents == { } then null else writeText "hyperhive-subagents.json" subagentsJson;
 
   raw =
@@ -562,14 +562,13 @@ let
       HIVE_CLAUDE_COMMAND = claudeCfg.command;
       HIVE_CLAUDE_ARGS = toJSON (claudeArgs claudeCfg);
     }
-    // optional (subagentsFile != null) (
-      { HIVE_SUBAGENTS = "${subagentsFile}"; }
-      // optional (limitsCfg.maxConcurrent != null) {
-        HIVE_SUBAGENT_MAX_CONCURRENT = toString limitsCfg.maxConcurrent;
-      }
-      // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
-      // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
-    )
+    // optional (subagentsFile != null) { HIVE_SUBAGENTS = "${subagentsFile}"; }
+    # The limits with or without profiles: an agent without any still starts sub-agents of its own runtime.
+    // optional (limitsCfg.maxConcurrent != null) {
+      HIVE_SUBAGENT_MAX_CONCURRENT = toString limitsCfg.maxConcurrent;
+    }
+    // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
+    // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
     // extraEnvironment;
 in
 {

@@ -71,7 +71,8 @@ in
         the agent's own options do; a `claude` profile runs
         {option}`services.hyperhive.agent.claude.package` with its own `claude.args` and
         `claude.model` (the agent's are not inherited). Rendered to a JSON file in the store whose path
-        the harness reads from `HIVE_SUBAGENTS`; without profiles the agent has no sub-agents.
+        the harness reads from `HIVE_SUBAGENTS`. Without a profile named `default`, a sub-agent started
+        without a profile runs as the agent itself does; without any profile, that is the only kind.
       '';
     };
 

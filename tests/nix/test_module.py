@@ -68,6 +68,9 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
         "HIVE_CGROUP": "auto",
         "HIVE_IDLE_TIMEOUT": "90",
         "HIVE_CANCEL_GRACE": "10",
+        "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
+        "HIVE_SUBAGENT_MAX_DEPTH": "2",
+        "HIVE_SUBAGENT_BUDGET": "3600",
         "HOME": "/var/lib/hyperhive",
     }
 
@@ -228,9 +231,14 @@ def test_subagent_limits_are_rendered_as_set() -> None:
     )
 
 
-def test_without_profiles_the_unit_has_no_subagent_variables() -> None:
+def test_without_profiles_the_limits_still_reach_the_harness() -> None:
+    # Without profiles the agent still starts sub-agents, of its own runtime: their limits must hold.
     out = eval_module({**DEMO, "subagentLimits": {"maxDepth": 3}})
-    assert not any(k.startswith("HIVE_SUBAGENT") for k in out["unit"]["environment"])
+    assert {k: v for k, v in out["unit"]["environment"].items() if k.startswith("HIVE_SUBAGENT")} == {
+        "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
+        "HIVE_SUBAGENT_MAX_DEPTH": "3",
+        "HIVE_SUBAGENT_BUDGET": "3600",
+    }
     assert out["subagentsJson"] is None
 
 

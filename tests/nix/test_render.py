@@ -34,7 +34,7 @@ def test_good_settings_render_the_expected_environment_and_file(path: Path) -> N
         assert out["subagents"] == case["subagents"]
         assert json.loads(Path(out["subagentsFile"]).read_text(encoding="utf-8")) == case["subagents"]
     else:
-        # No profiles, no file: the harness offers no sub-agents.
+        # No profiles, no file: the harness offers only `default`, the agent's own runtime.
         assert out["subagentsFile"] is None
     files = ("HIVE_MCP_SERVERS", "HIVE_SUBAGENTS")
     expected = {k: v for k, v in case["environment"].items() if k not in files}
