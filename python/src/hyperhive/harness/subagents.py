@@ -157,16 +157,23 @@ class _Budgeted:
         if left <= 0:
             self.running.spent = True
             raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
+        # The turn's own error is raised past the task group, not from inside it: a task group wraps what its
+        # body raises in an ExceptionGroup, which the turn loop does not read as the turn's failure (every
+        # failed turn of a sub-agent, a watchdog's included, ended the whole service).
+        outcome: ResultLine | Exception
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, left)
             try:
-                return await self.inner.run(prompt, sink)
-            except SessionLost as exc:
-                self.running.lost = exc
-                raise
+                outcome = await self.inner.run(prompt, sink)
+            except Exception as exc:
+                outcome = exc
             finally:
                 tg.cancel_scope.cancel()
-        raise AssertionError("unreachable: the turn returned or raised")  # for the type checker
+        if isinstance(outcome, SessionLost):
+            self.running.lost = outcome
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def _watch(self, left: float) -> None:
         await anyio.sleep(left)
