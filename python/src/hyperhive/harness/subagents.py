@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,8 +55,11 @@ MAX_WAIT = 30.0  # as the bash tool `run`'s wait_seconds
 MAX_TASK_CHARS = 64 * 1024
 # How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
 WAKE_ANSWER_CHARS = 8000
-# A sub-agent's failed turn is told to its parent at once, not retried behind its back.
-SUBAGENT_POLICY = LoopPolicy(max_attempts=1, backoff_base=0.5, backoff_cap=5.0)
+# A sub-agent's failed turn is told to its parent at once, not retried behind its back: its report sets its
+# wakes aside. `max_attempts` counts only turns cut short by the service's death (a kill -9 tells nothing), which
+# are carried again after the restart as the service's own agent's are; with one attempt, the first such cut
+# set the wake aside and its result was lost (tests/faults/test_subagents.py).
+SUBAGENT_POLICY = LoopPolicy(max_attempts=3, backoff_base=0.5, backoff_cap=5.0)
 GIT_TIMEOUT = 60.0
 
 
@@ -100,7 +103,7 @@ class _Reporter:
         self.running = running
         self.parent = running.row.parent
 
-    def report(self, end: TurnEnd) -> TurnReport:
+    def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport:
         r = self.running
         sid = r.id
         r.busy_ms += end.duration_ms or 0
@@ -129,6 +132,7 @@ class _Reporter:
             context_used=end.context_used,
             context_size=end.context_size,
             cost_usd=end.cost_usd,
+            set_aside=tuple(carried) if state == "failed" else (),
         )
         if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
             r.inline = report
