@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from tests.e2e import agents
+from tests.e2e import harness_story as story
 from tests.e2e.fakes import fake_anthropic, fake_openai
+from tests.e2e.harness_story import directive, outbox, printing, replies, turns
 from tests.process.harness_service import Service, start_service
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +45,7 @@ class Setup:
 
     def tool(self, server: str, tool: str) -> str:
         """The name the agent gives an MCP tool in its model requests (opencode: `<server>_<tool>`)."""
-        return f"{server}_{tool}" if self.name == "opencode" else f"mcp__{server}__{tool}"
+        return story.tool(self.name, server, tool)
 
     def start(self, log: str = "service.log", **extra: str) -> Service:
         return start_service({**self.env, **extra}, self.tmp / log)
@@ -63,50 +65,13 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path, peers_bin: Path) -> It
     }
     if name == "opencode":
         provider, _ = fake_openai.start(port=0, log_path=tmp_path / "provider.jsonl")
-        agent_env = agents.opencode_env(tmp_path, provider)
-        env |= {"HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": str(peers_bin / "opencode"), "HIVE_ACP_ARGS": '["acp"]'}
-        env["HIVE_ACP_ENV"] = json.dumps(agent_env)
     else:
         provider, _ = fake_anthropic.start(port=0, log_path=tmp_path / "provider.jsonl")
-        if name == "claude":
-            env |= agents.claude_env(tmp_path, provider)  # claude runs with the service's own environment
-            env |= {"HIVE_RUNTIME": "claude", "HIVE_CLAUDE_COMMAND": str(peers_bin / "claude")}
-        else:
-            agent_env = agents.claude_acp_env(tmp_path, provider)
-            env |= {"HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": str(peers_bin / "claude-agent-acp")}
-            env["HIVE_ACP_ENV"] = json.dumps(agent_env)
+    env |= story.service_agent_env(name, tmp_path, provider, peers_bin)
     try:
         yield Setup(name, env, provider, tmp_path)
     finally:
         provider.stop()
-
-
-def directive(name: str, args: dict[str, Any]) -> str:
-    return f"[[tool:{name} {json.dumps(args)}]]"
-
-
-def printing(directive_text: str) -> str:
-    """A shell command printing `directive_text` without ever containing `[[` itself."""
-    assert directive_text.startswith("[[")
-    quoted = directive_text[1:].replace("'", "'\\''")
-    return f"printf '%s' '['; printf '%s\\n' '{quoted}'"
-
-
-def outbox(svc: Service) -> list[dict[str, Any]]:
-    out = svc.cli("outbox", "--json", "-n", "100").stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def replies(svc: Service) -> list[str]:
-    return [row["body"] for row in outbox(svc) if row["source"] == "agent"]
-
-
-def turns(svc: Service) -> list[dict[str, Any]]:
-    from hyperhive.store.database import Store
-
-    with Store(svc.state / "hyperhive.db") as store:
-        rows = store.db.execute("SELECT id, outcome, wake_ids, error FROM turns ORDER BY id").fetchall()
-    return [{"id": r[0], "outcome": r[1], "wakes": json.loads(r[2]), "error": r[3]} for r in rows]
 
 
 def test_a_background_task_wakes_the_agent_which_replies_to_the_operator(setup: Setup) -> None:

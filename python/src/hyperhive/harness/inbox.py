@@ -184,10 +184,13 @@ class Inbox:
         return cancelled
 
     async def set_aside(self, wake_ids: list[int], reason: str) -> None:
-        """Stop retrying these wakes; the outbox notice that says so is announced once."""
-        notice = await self._write(self._writer.set_aside, wake_ids, reason)
-        if notice is not None:
-            self.feed.publish({"event": "outbox", "id": notice})
+        """Stop retrying these wakes; the outbox notice that says so is announced once, and a sub-agent's parent,
+        told with a wake, is rung."""
+        told = await self._write(self._writer.set_aside, wake_ids, reason)
+        if told.notice is not None:
+            self.feed.publish({"event": "outbox", "id": told.notice})
+        if told.parent is not None:
+            self._ring(told.parent)
 
     async def waiting_wakes(self, *, limit: int = 1000) -> list[WakeRow]:
         return await self._read(self._reader.waiting_wakes, limit=limit)

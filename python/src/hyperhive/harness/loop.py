@@ -19,7 +19,9 @@ Guarantees (docs/architecture.md, "The turn loop"):
 - when the context nears the window after a turn, the session is compacted (or archived where the runtime
   cannot compact), and the log says so;
 - a sub-agent's loop (harness/subagents.py) is this loop over the sub-agent's view of the inbox, with a
-  `reporter`: what a turn's end tells the parent is written in the turn's own transaction.
+  `reporter`: what a turn's end tells the parent is written in the turn's own transaction, and a failed
+  turn's wakes are set aside with it (the parent, told, decides); so only turns cut short by the service's
+  death are carried again, and wakes set aside after too many of those are told to the parent, not the outbox.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 import math
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -75,7 +78,7 @@ class Reporter(Protocol):
 
     parent: int
 
-    def report(self, end: TurnEnd) -> TurnReport | None: ...
+    def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport | None: ...
 
     def recorded(self) -> None:
         """The turn's end, with its report, is written."""
@@ -242,7 +245,9 @@ class TurnLoop:
         refund = prompt.wake_ids if self._stopping and not answered and engaged.counted else []
         attempt = prompt.wake_ids if not engaged.counted and not self._stopping and not answered else []
         # A turn cut short by the stop is had again after the restart: it tells the parent nothing yet.
-        report = self.reporter.report(end) if self.reporter is not None and not self._stopping else None
+        report = (
+            self.reporter.report(end, prompt.wake_ids) if self.reporter is not None and not self._stopping else None
+        )
         await self._end_turn(
             turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt, report=report
         )

@@ -71,6 +71,14 @@ class TurnRow(TurnEnd):
         return [int(i) for i in json.loads(self.wake_ids)]
 
 
+@dataclass(frozen=True)
+class SetAside:
+    """Who was told of wakes set aside: the outbox notice's id, or the parent given a wake (to ring)."""
+
+    notice: int | None = None
+    parent: int | None = None
+
+
 _TURN_COLUMNS = ", ".join(TurnRow.__dataclass_fields__)
 _END_COLUMNS = tuple(TurnEnd.__dataclass_fields__)  # what end_turn writes
 _OUTBOX_COLUMNS = ", ".join(OutboxRow.__dataclass_fields__)
@@ -114,21 +122,22 @@ class Records:
     def counts(self, *, now: float | None = None) -> QueueCounts:
         return self.wakes.counts(now=now)
 
-    def set_aside(self, wake_ids: list[int], reason: str) -> int | None:
-        """Stop retrying these wakes; one outbox notice says so, in the same transaction. Returns its id."""
+    def set_aside(self, wake_ids: list[int], reason: str) -> SetAside:
+        """Stop retrying these wakes, and say so in the same transaction: the service's agent's with an outbox
+        notice for the operator, a sub-agent's with a wake for its parent (store/subagents.py's `gave_up`)."""
         if not wake_ids:
-            return None
+            return SetAside()
         now = time.time()
         with self.store.transaction() as db:
             self.wakes.set_aside(wake_ids, reason, now=now)
-            if self.agent != MAIN_AGENT:  # its parent heard of the failures, through wakes of its own
-                return None
+            if self.agent != MAIN_AGENT:
+                return SetAside(parent=SubagentTable(self.store).gave_up(self.agent, wake_ids, reason))
             ids = ", ".join(str(i) for i in wake_ids)
             cur = db.execute(
                 "INSERT INTO outbox (created_at, source, body) VALUES (?, ?, ?)",
                 (now, HARNESS, f"wake(s) {ids} set aside, not retried: {reason}"),
             )
-        return cur.lastrowid
+        return SetAside(notice=cur.lastrowid)
 
     # -- reminders (timer wakes) ---------------------------------------------------------------------
 
@@ -188,12 +197,8 @@ class Records:
             self.wakes.charge(attempt)
             if report is None:
                 return False
+            # A failure told to the parent sets its wakes aside with it (the report's `set_aside`).
             written = SubagentTable(self.store).after_turn(self.agent, report)
-            if written and report.state != "idle":
-                # Told to the parent as a failure: not carried again behind its back (it may message the
-                # sub-agent to try again). A turn cut by a crash has no report, and its wakes are carried again.
-                (carried,) = db.execute("SELECT wake_ids FROM turns WHERE id = ?", (turn_id,)).fetchall()[0]
-                self.wakes.set_aside(json.loads(carried), f"told to the parent: {report.error}", now=now)
         return written and report.parent_wake is not None
 
     def interrupt_running_turns(self) -> int:

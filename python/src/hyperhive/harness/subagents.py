@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,9 +55,11 @@ MAX_WAIT = 30.0  # as the bash tool `run`'s wait_seconds
 MAX_TASK_CHARS = 64 * 1024
 # How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
 WAKE_ANSWER_CHARS = 8000
-# A sub-agent's failed turn is told to its parent at once and its wakes set aside with it (records.py), not
-# retried behind its back; the attempts count only turns cut by crashes, as the service's own agent's do.
-SUBAGENT_POLICY = LoopPolicy(backoff_base=0.5, backoff_cap=5.0)
+# A sub-agent's failed turn is told to its parent at once, not retried behind its back: its report sets its
+# wakes aside. `max_attempts` counts only turns cut short by the service's death (a kill -9 tells nothing), which
+# are carried again after the restart as the service's own agent's are; with one attempt, the first such cut
+# set the wake aside and its result was lost (tests/faults/test_subagents.py).
+SUBAGENT_POLICY = LoopPolicy(max_attempts=3, backoff_base=0.5, backoff_cap=5.0)
 GIT_TIMEOUT = 60.0
 
 
@@ -101,7 +103,7 @@ class _Reporter:
         self.running = running
         self.parent = running.row.parent
 
-    def report(self, end: TurnEnd) -> TurnReport:
+    def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport:
         r = self.running
         sid = r.id
         r.busy_ms += end.duration_ms or 0
@@ -130,6 +132,7 @@ class _Reporter:
             context_used=end.context_used,
             context_size=end.context_size,
             cost_usd=end.cost_usd,
+            set_aside=tuple(carried) if state == "failed" else (),
         )
         if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
             r.inline = report
@@ -158,18 +161,21 @@ class _Budgeted:
         if left <= 0:
             self.running.spent = True
             raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
-        outcome: ResultLine | TurnError
+        # The turn's own error is raised past the task group, not from inside it: a task group wraps what its
+        # body raises in an ExceptionGroup, which the turn loop does not read as the turn's failure (every
+        # failed turn of a sub-agent, a watchdog's included, ended the whole service).
+        outcome: ResultLine | Exception
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, left)
             try:
                 outcome = await self.inner.run(prompt, sink)
-            except TurnError as exc:  # raised past the task group, which would wrap it in a group
+            except Exception as exc:
                 outcome = exc
             finally:
                 tg.cancel_scope.cancel()
         if isinstance(outcome, SessionLost):
             self.running.lost = outcome
-        if isinstance(outcome, TurnError):
+        if isinstance(outcome, Exception):
             raise outcome
         return outcome
 

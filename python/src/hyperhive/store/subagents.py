@@ -10,12 +10,16 @@ is, which profile runs it and where, and where it stands:
 
 Every change is written together with what follows from it, in one transaction: a sub-agent and the wake
 that carries its task; a turn's end and the wake that tells the parent (inside the turn's own transaction,
-harness/records.py), so an answer reaches its parent once, never lost and never twice.
+harness/records.py), so an answer reaches its parent once, never lost and never twice. A failed turn is not
+carried again behind the parent's back: its wakes are set aside with the report that tells the parent. A turn
+cut short by the service's death tells nothing and is carried again after the restart, as the service's own
+agent's are; when that has happened too often (`gave_up`), the sub-agent has failed and its parent is told.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -74,6 +78,8 @@ class TurnReport:
     context_size: int | None = None
     cost_usd: float | None = None
     parent_wake: str | None = None
+    # The wakes the turn carried, when it failed: set aside, not carried again (the parent was told, and decides).
+    set_aside: tuple[int, ...] = ()
 
 
 _COLUMNS = ", ".join(SubagentRow.__dataclass_fields__)
@@ -152,6 +158,9 @@ class SubagentTable:
             )
             if report.state in FINAL_STATES:
                 self._wakes.for_agent(subagent_id).cancel_all(f"sub-agent {subagent_id} {report.state}")
+            if report.set_aside:
+                reason = f"the turn of sub-agent {subagent_id} that carried it failed; its parent was told"
+                self._wakes.for_agent(subagent_id).set_aside(report.set_aside, reason, now=now)
             if report.parent_wake is not None:
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), report.parent_wake, now=now)
         return True
@@ -172,6 +181,25 @@ class SubagentTable:
             if parent_wake is not None:
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), parent_wake, now=now)
         return True
+
+    def gave_up(self, subagent_id: int, wake_ids: Sequence[int], reason: str) -> int | None:
+        """Wakes of the sub-agent set aside without a report: the turns carrying them were cut short too often
+        (the service died during each). The sub-agent has failed and its parent is told, with a wake; joins the
+        caller's transaction, which sets the wakes aside. Returns the parent (to ring), or None when the
+        sub-agent had ended for good (nothing is told)."""
+        now = time.time()
+        with self.store.transaction() as db:
+            row = self.find(subagent_id)
+            if row is None or row.final:
+                return None
+            db.execute("UPDATE subagents SET state = 'failed', error = ? WHERE id = ?", (reason, subagent_id))
+            ids = ", ".join(str(i) for i in wake_ids)
+            wake = (
+                f"sub-agent {subagent_id} failed: wake(s) {ids} set aside, not carried again: {reason}\n"
+                f"subagent_message(id={subagent_id}) has it try again; subagent_cancel(id={subagent_id}) ends it."
+            )
+            self._wakes.for_agent(row.parent).insert(source_of(subagent_id), wake, now=now)
+        return row.parent
 
     # -- reads ---------------------------------------------------------------------------------------
 
