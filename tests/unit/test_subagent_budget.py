@@ -1,4 +1,4 @@
-"""A sub-agent's runtime under its time budget (harness/subagents.py's `_Budgeted`): what a turn raises reaches
+"""A sub-agent's runtime under its time budget (harness/subagents.py's `Budgeted`): what a turn raises reaches
 the turn loop as itself, and a turn that outruns the budget is interrupted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from hyperhive.harness.subagents import _Budgeted, _Running
+from hyperhive.harness.subagent_turns import Budgeted, Running
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, SessionLost, TurnError
 from hyperhive.runtime.stream import ResultLine, StreamLine
@@ -51,7 +51,7 @@ class NoSink:
         pass
 
 
-def running(budget: float = 60.0) -> _Running:
+def running(budget: float = 60.0) -> Running:
     row = SubagentRow(
         id=7,
         parent=0,
@@ -71,13 +71,13 @@ def running(budget: float = 60.0) -> _Running:
         context_size=None,
         cost_usd=None,
     )
-    return _Running(row, budget=budget)
+    return Running(row, budget=budget)
 
 
 @pytest.mark.parametrize("error", [IdleTimeout(2, "acp"), TurnError("the agent exited")], ids=["watchdog", "exit"])
 async def test_a_failed_turn_reaches_the_loop_as_its_own_turn_error_not_an_exception_group(error: TurnError) -> None:
     # Wrapped in an ExceptionGroup by the budget's task group, the loop took it for a crash and the service ended.
-    budgeted = _Budgeted(Inner(error), running())  # type: ignore[arg-type]
+    budgeted = Budgeted(Inner(error), running())  # type: ignore[arg-type]
     with pytest.raises(TurnError) as raised:
         await budgeted.run("p", NoSink())
     assert raised.value is error
@@ -87,12 +87,12 @@ async def test_a_session_that_cannot_be_resumed_marks_the_subagent_lost() -> Non
     lost = SessionLost("fake", "sess-1", "not found")
     r = running()
     with pytest.raises(SessionLost):
-        await _Budgeted(Inner(lost), r).run("p", NoSink())  # type: ignore[arg-type]
+        await Budgeted(Inner(lost), r).run("p", NoSink())  # type: ignore[arg-type]
     assert r.lost is lost
 
 
 async def test_a_turn_that_outruns_the_budget_is_interrupted_and_the_budget_marked_spent() -> None:
     r = running(budget=0.05)
     with anyio.fail_after(5):
-        result = await _Budgeted(Inner(), r).run("p", NoSink())  # type: ignore[arg-type]
+        result = await Budgeted(Inner(), r).run("p", NoSink())  # type: ignore[arg-type]
     assert result.stop_reason == "cancelled" and r.spent

@@ -17,7 +17,8 @@ from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import TurnLoop
 from hyperhive.harness.records import Records
-from hyperhive.harness.subagents import SUBAGENT_POLICY, _Reporter, _Running
+from hyperhive.harness.subagent_turns import Reporter, Running
+from hyperhive.harness.subagents import SUBAGENT_POLICY
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
@@ -81,7 +82,7 @@ async def subagent_loop(tmp_path: Path, row: SubagentRow, runtime: Scripted) -> 
         transcript=TranscriptSink(tmp_path / "transcripts"),
         notifier=None,
         policy=SUBAGENT_POLICY,
-        reporter=_Reporter(_Running(row, budget=60.0)),
+        reporter=Reporter(Running(row, budget=60.0)),
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)

@@ -17,7 +17,8 @@ from hyperhive.errors import ToolFailure
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy
-from hyperhive.harness.subagents import WAKE_ANSWER_CHARS, Subagents
+from hyperhive.harness.subagent_turns import WAKE_ANSWER_CHARS
+from hyperhive.harness.subagents import Subagents
 from hyperhive.mcp_servers import HttpServer
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine

@@ -23,8 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -34,18 +33,14 @@ from hyperhive.config import Config
 from hyperhive.errors import ToolFailure
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.records import TurnEnd
 from hyperhive.harness.replies import HYPERHIVE_SERVER
+from hyperhive.harness.subagent_turns import Budgeted, Reporter, Running, halted
+from hyperhive.harness.worktrees import check_git, make_worktree
 from hyperhive.mcp_servers import HttpServer, McpServers
-from hyperhive.procs.run import run as run_command
 from hyperhive.runtime import Runtime, make_runtime
-from hyperhive.runtime.base import Sink
-from hyperhive.runtime.errors import SessionLost, TurnError
 from hyperhive.runtime.sessions import Sessions
-from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.statedir.directory import make_dirs
-from hyperhive.store.subagents import SubagentRow, SubagentState, TurnReport
+from hyperhive.store.subagents import SubagentRow, TurnReport
 from hyperhive.subagent_profiles import DEFAULT_PROFILE, Profile
 from hyperhive.tasks.engine import TaskEngine
 
@@ -53,149 +48,11 @@ log = logging.getLogger("hyperhive.harness.subagents")
 
 MAX_WAIT = 30.0  # as the bash tool `run`'s wait_seconds
 MAX_TASK_CHARS = 64 * 1024
-# How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
-WAKE_ANSWER_CHARS = 8000
 # A sub-agent's failed turn is told to its parent at once, not retried behind its back: its report sets its
 # wakes aside. `max_attempts` counts only turns cut short by the service's death (a kill -9 tells nothing), which
 # are carried again after the restart as the service's own agent's are; with one attempt, the first such cut
 # set the wake aside and its result was lost (tests/faults/test_subagents.py).
 SUBAGENT_POLICY = LoopPolicy(max_attempts=3, backoff_base=0.5, backoff_cap=5.0)
-GIT_TIMEOUT = 60.0
-
-
-def _bounded(text: str, subagent_id: int) -> str:
-    if len(text) <= WAKE_ANSWER_CHARS:
-        return text
-    return (
-        text[:WAKE_ANSWER_CHARS]
-        + f"\n[the answer goes on: {len(text)} characters in all; subagent_status(id={subagent_id}) shows it whole]"
-    )
-
-
-@dataclass(eq=False)
-class _Running:
-    """A sub-agent whose loop runs in this service."""
-
-    row: SubagentRow
-    budget: float
-    runtime: Runtime | None = None
-    loop: TurnLoop | None = None
-    waiters: int = 0
-    inline: TurnReport | None = None  # a report decided for an inline waiter: no wake was written
-    reported: anyio.Event = field(default_factory=anyio.Event)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    busy_ms: int = 0
-    spent: bool = False
-    lost: SessionLost | None = None
-
-    @property
-    def id(self) -> int:
-        return self.row.id
-
-    def budget_left(self) -> float:
-        return self.budget - self.busy_ms / 1000
-
-
-class _Reporter:
-    """What each turn end of one sub-agent tells its parent (harness/loop.py's `Reporter`)."""
-
-    def __init__(self, running: _Running) -> None:
-        self.running = running
-        self.parent = running.row.parent
-
-    def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport:
-        r = self.running
-        sid = r.id
-        r.busy_ms += end.duration_ms or 0
-        answer = None
-        state: SubagentState
-        if r.lost is not None:
-            state, error = "interrupted", f"the service restarted and {r.lost.message}"
-            wake = f"sub-agent {sid} was interrupted: {error}. Start a new one to do its task again."
-        elif r.spent:
-            state, error = "spent", f"its time budget of {r.budget:g} s of turns is spent"
-            wake = f"sub-agent {sid} was stopped: {error}. Its last answer, if any: subagent_status(id={sid})."
-        elif end.outcome == "answered":
-            state, error, answer = "idle", None, end.result or ""
-            wake = _bounded(answer, sid) if answer.strip() else f"sub-agent {sid} ended its turn without a word."
-        else:
-            state, error = "failed", end.error or f"its turn ended {end.outcome}"
-            wake = (
-                f"sub-agent {sid} failed: {error}\nsubagent_message(id={sid}) has it try again; "
-                f"subagent_cancel(id={sid}) ends it."
-            )
-        report = TurnReport(
-            state=state,
-            busy_ms=end.duration_ms or 0,
-            answer=answer,
-            error=error,
-            context_used=end.context_used,
-            context_size=end.context_size,
-            cost_usd=end.cost_usd,
-            set_aside=tuple(carried) if state == "failed" else (),
-        )
-        if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
-            r.inline = report
-        else:
-            report = dataclasses.replace(report, parent_wake=wake)
-        if report.state in ("interrupted", "spent") and r.loop is not None:
-            r.loop.stop()  # ended for good: its loop ends once this turn's end is written
-        return report
-
-    def recorded(self) -> None:
-        """The turn's end (and its report) is written: whoever waits for it looks."""
-        event, self.running.reported = self.running.reported, anyio.Event()
-        event.set()
-
-
-class _Budgeted:
-    """The sub-agent's runtime with its time budget enforced: the turn is interrupted when it runs out."""
-
-    def __init__(self, inner: Runtime, running: _Running) -> None:
-        self.inner = inner
-        self.running = running
-        self.name = inner.name
-
-    async def run(self, prompt: str, sink: Sink) -> ResultLine:
-        left = self.running.budget_left()
-        if left <= 0:
-            self.running.spent = True
-            raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
-        # The turn's own error is raised past the task group, not from inside it: a task group wraps what its
-        # body raises in an ExceptionGroup, which the turn loop does not read as the turn's failure (every
-        # failed turn of a sub-agent, a watchdog's included, ended the whole service).
-        outcome: ResultLine | Exception
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch, left)
-            try:
-                outcome = await self.inner.run(prompt, sink)
-            except Exception as exc:
-                outcome = exc
-            finally:
-                tg.cancel_scope.cancel()
-        if isinstance(outcome, SessionLost):
-            self.running.lost = outcome
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
-    async def _watch(self, left: float) -> None:
-        await anyio.sleep(left)
-        self.running.spent = True
-        log.warning("sub-agent %d spent its time budget: interrupting its turn", self.running.id)
-        self.inner.interrupt()
-
-    async def compact(self) -> None:
-        await self.inner.compact()
-
-    async def archive(self) -> None:
-        await self.inner.archive()
-
-    def interrupt(self) -> bool:
-        return self.inner.interrupt()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class Subagents:
@@ -225,7 +82,7 @@ class Subagents:
         self.policy = policy
         self.runtimes = runtimes  # how a sub-agent's runtime is made from its configuration
         self.limits = config.subagent_limits
-        self.running: dict[int, _Running] = {}
+        self.running: dict[int, Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._starting = anyio.Lock()  # one start at a time: the concurrency check and the insert agree
 
@@ -249,7 +106,7 @@ class Subagents:
     async def stopped(self) -> None:
         """Wait until every sub-agent's loop has ended (the caller bounds it)."""
         for running in list(self.running.values()):
-            await _halted(running)
+            await halted(running)
 
     def workdir(self, agent: int) -> Path:
         """Where an agent works (and its tasks run): a sub-agent's own, else the service's."""
@@ -291,7 +148,7 @@ class Subagents:
                 )
             parent_dir = await self._parent_workdir(by)
             if profile.worktree:
-                await self._check_git(parent_dir)
+                await check_git(parent_dir)
             row = await self.inbox.for_agent(by).create_subagent(
                 depth=depth,
                 profile=profile.name,
@@ -302,7 +159,7 @@ class Subagents:
             )
         if profile.worktree:
             try:
-                await self._make_worktree(parent_dir, self._workdir_of(row))
+                await make_worktree(parent_dir, self._workdir_of(row))
             except ToolFailure as exc:
                 await self.inbox.end_subagent(row.id, "interrupted", exc.message, parent_wake=None)
                 raise
@@ -351,7 +208,7 @@ class Subagents:
         if running is not None and running.loop is not None:
             running.loop.stop()
             with anyio.move_on_after(self.config.cancel_grace + 5.0):
-                await _halted(running)
+                await halted(running)
         killed = await self.engine.kill_agent_tasks(subagent_id)
         log.info("sub-agent %d %s (tasks killed: %s)", subagent_id, reason, killed or "none")
         return await self._row(subagent_id)
@@ -403,32 +260,6 @@ class Subagents:
     def _workdir_of(self, row: SubagentRow) -> Path:
         return self.config.state.subagent(row.id) / "worktree" if row.worktree else Path(row.workdir)
 
-    async def _check_git(self, parent_dir: Path) -> None:
-        result = await self._git(parent_dir, "rev-parse", "--show-toplevel")
-        if result is not None:
-            raise ToolFailure(
-                f"this profile runs in a git worktree, but {parent_dir} is not in a git repository: {result}"
-            )
-
-    async def _make_worktree(self, parent_dir: Path, path: Path) -> None:
-        make_dirs(path.parent)
-        problem = await self._git(parent_dir, "worktree", "add", "--detach", str(path), "HEAD")
-        if problem is not None:
-            raise ToolFailure(f"cannot make a git worktree of {parent_dir} at {path}: {problem}")
-
-    async def _git(self, cwd: Path, *args: str) -> str | None:
-        """Run git; None when it succeeded, else what went wrong."""
-        try:
-            with anyio.fail_after(GIT_TIMEOUT):
-                done = await run_command(["git", "-C", str(cwd), *args])
-        except OSError as exc:
-            return f"git cannot be run ({exc.strerror or exc}); add git to the service's path"
-        except TimeoutError:
-            return f"git did not finish within {GIT_TIMEOUT:g} s"
-        if done.returncode != 0:
-            return done.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {done.returncode}"
-        return None
-
     def _first_prompt(self, by: int, task: str, profile: Profile, parent_dir: Path) -> str:
         where = "a git worktree of your parent's directory" if profile.worktree else str(parent_dir)
         delegate = "" if profile.delegate else " You cannot start sub-agents of your own."
@@ -440,11 +271,11 @@ class Subagents:
             f"{delegate}\n\nThe task:\n{task}"
         )
 
-    def _take_up(self, row: SubagentRow, *, restarted: bool) -> _Running:
+    def _take_up(self, row: SubagentRow, *, restarted: bool) -> Running:
         """Give a sub-agent its runtime and loop, running in the service's task group."""
         assert self._tg is not None, "Subagents.run() first"
         profile = self.profile(row.profile) if row.profile in self.profile_names() else Profile(name=row.profile)
-        running = _Running(row, budget=profile.budget or self.limits.budget, busy_ms=row.busy_ms)
+        running = Running(row, budget=profile.budget or self.limits.budget, busy_ms=row.busy_ms)
         servers = self.config.mcp_servers if self.config.mcp_servers is not None else McpServers()
         config = dataclasses.replace(
             self.config,
@@ -456,20 +287,20 @@ class Subagents:
         inner = self.runtimes(config, self.sessions)
         if restarted and hasattr(inner, "must_resume"):
             inner.must_resume = True
-        running.runtime = _Budgeted(inner, running)
+        running.runtime = Budgeted(inner, running)
         running.loop = TurnLoop(
             running.runtime,
             self.inbox.for_agent(row.id),
             transcript=TranscriptSink(self.config.state.transcripts),
             notifier=None,
             policy=self.policy,
-            reporter=_Reporter(running),
+            reporter=Reporter(running),
         )
         self.running[row.id] = running
         self._tg.start_soon(self._drive, running)
         return running
 
-    async def _drive(self, running: _Running) -> None:
+    async def _drive(self, running: Running) -> None:
         assert running.loop is not None and running.runtime is not None
         try:
             await running.loop.run()
@@ -482,7 +313,7 @@ class Subagents:
             running.done.set()
             running.reported.set()
 
-    async def _wait_inline(self, running: _Running, wait: float) -> TurnReport | None:
+    async def _wait_inline(self, running: Running, wait: float) -> TurnReport | None:
         """The first turn's report if it comes within `wait`; None (a wake will tell) otherwise."""
         running.waiters += 1
         try:
@@ -494,16 +325,6 @@ class Subagents:
         # Set when the report was decided (synchronously, with the waiter still counted), never lost: were the
         # wait to run out while that end is being written, no wake is written for it and it is returned here.
         return running.inline
-
-
-async def _halted(running: _Running, every: float = 0.1) -> None:
-    """Wait for a stopped sub-agent's loop to end. A stop asked while its turn was starting found nothing
-    to interrupt yet (the runtime had no turn in flight): it is asked again until the loop ends."""
-    while not running.done.is_set():
-        if running.runtime is not None:
-            running.runtime.interrupt()
-        with anyio.move_on_after(every):
-            await running.done.wait()
 
 
 def _who(agent: int) -> str:

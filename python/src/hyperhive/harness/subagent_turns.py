@@ -1,0 +1,171 @@
+"""A sub-agent's turns, as its loop (harness/loop.py) runs them: what each end tells its parent (`Reporter`,
+written in the turn's own transaction), and its time budget (`Budgeted`: the turn is interrupted when it
+runs out). `Running` is a sub-agent whose loop runs in this service; harness/subagents.py makes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from hyperhive.harness.loop import TurnLoop
+from hyperhive.harness.records import TurnEnd
+from hyperhive.runtime import Runtime
+from hyperhive.runtime.base import Sink
+from hyperhive.runtime.errors import SessionLost, TurnError
+from hyperhive.runtime.stream import ResultLine
+from hyperhive.store.subagents import SubagentRow, SubagentState, TurnReport
+
+log = logging.getLogger("hyperhive.harness.subagents")
+
+# How much of an answer the parent's wake carries; the whole is in the sub-agent's status.
+WAKE_ANSWER_CHARS = 8000
+
+
+def bounded(text: str, subagent_id: int) -> str:
+    if len(text) <= WAKE_ANSWER_CHARS:
+        return text
+    return (
+        text[:WAKE_ANSWER_CHARS]
+        + f"\n[the answer goes on: {len(text)} characters in all; subagent_status(id={subagent_id}) shows it whole]"
+    )
+
+
+@dataclass(eq=False)
+class Running:
+    """A sub-agent whose loop runs in this service."""
+
+    row: SubagentRow
+    budget: float
+    runtime: Runtime | None = None
+    loop: TurnLoop | None = None
+    waiters: int = 0
+    inline: TurnReport | None = None  # a report decided for an inline waiter: no wake was written
+    reported: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    busy_ms: int = 0
+    spent: bool = False
+    lost: SessionLost | None = None
+
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    def budget_left(self) -> float:
+        return self.budget - self.busy_ms / 1000
+
+
+class Reporter:
+    """What each turn end of one sub-agent tells its parent (harness/loop.py's `Reporter`)."""
+
+    def __init__(self, running: Running) -> None:
+        self.running = running
+        self.parent = running.row.parent
+
+    def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport:
+        r = self.running
+        sid = r.id
+        r.busy_ms += end.duration_ms or 0
+        answer = None
+        state: SubagentState
+        if r.lost is not None:
+            state, error = "interrupted", f"the service restarted and {r.lost.message}"
+            wake = f"sub-agent {sid} was interrupted: {error}. Start a new one to do its task again."
+        elif r.spent:
+            state, error = "spent", f"its time budget of {r.budget:g} s of turns is spent"
+            wake = f"sub-agent {sid} was stopped: {error}. Its last answer, if any: subagent_status(id={sid})."
+        elif end.outcome == "answered":
+            state, error, answer = "idle", None, end.result or ""
+            wake = bounded(answer, sid) if answer.strip() else f"sub-agent {sid} ended its turn without a word."
+        else:
+            state, error = "failed", end.error or f"its turn ended {end.outcome}"
+            wake = (
+                f"sub-agent {sid} failed: {error}\nsubagent_message(id={sid}) has it try again; "
+                f"subagent_cancel(id={sid}) ends it."
+            )
+        report = TurnReport(
+            state=state,
+            busy_ms=end.duration_ms or 0,
+            answer=answer,
+            error=error,
+            context_used=end.context_used,
+            context_size=end.context_size,
+            cost_usd=end.cost_usd,
+            set_aside=tuple(carried) if state == "failed" else (),
+        )
+        if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
+            r.inline = report
+        else:
+            report = dataclasses.replace(report, parent_wake=wake)
+        if report.state in ("interrupted", "spent") and r.loop is not None:
+            r.loop.stop()  # ended for good: its loop ends once this turn's end is written
+        return report
+
+    def recorded(self) -> None:
+        """The turn's end (and its report) is written: whoever waits for it looks."""
+        event, self.running.reported = self.running.reported, anyio.Event()
+        event.set()
+
+
+class Budgeted:
+    """The sub-agent's runtime with its time budget enforced: the turn is interrupted when it runs out."""
+
+    def __init__(self, inner: Runtime, running: Running) -> None:
+        self.inner = inner
+        self.running = running
+        self.name = inner.name
+
+    async def run(self, prompt: str, sink: Sink) -> ResultLine:
+        left = self.running.budget_left()
+        if left <= 0:
+            self.running.spent = True
+            raise TurnError(f"sub-agent {self.running.id}'s time budget is spent")
+        # The turn's own error is raised past the task group, not from inside it: a task group wraps what its
+        # body raises in an ExceptionGroup, which the turn loop does not read as the turn's failure (every
+        # failed turn of a sub-agent, a watchdog's included, ended the whole service).
+        outcome: ResultLine | Exception
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch, left)
+            try:
+                outcome = await self.inner.run(prompt, sink)
+            except Exception as exc:
+                outcome = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if isinstance(outcome, SessionLost):
+            self.running.lost = outcome
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _watch(self, left: float) -> None:
+        await anyio.sleep(left)
+        self.running.spent = True
+        log.warning("sub-agent %d spent its time budget: interrupting its turn", self.running.id)
+        self.inner.interrupt()
+
+    async def compact(self) -> None:
+        await self.inner.compact()
+
+    async def archive(self) -> None:
+        await self.inner.archive()
+
+    def interrupt(self) -> bool:
+        return self.inner.interrupt()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def halted(running: Running, every: float = 0.1) -> None:
+    """Wait for a stopped sub-agent's loop to end. A stop asked while its turn was starting found nothing
+    to interrupt yet (the runtime had no turn in flight): it is asked again until the loop ends."""
+    while not running.done.is_set():
+        if running.runtime is not None:
+            running.runtime.interrupt()
+        with anyio.move_on_after(every):
+            await running.done.wait()
