@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ import pytest
 from mcp.server.fastmcp import Context, FastMCP
 
 from hyperhive.config import Config
-from hyperhive.demo_agent.plan import DEMO_COMMAND, Wake, last_output_line, parse_wakes, plan_wake
+from hyperhive.demo_agent.plan import DEMO_COMMAND
 from hyperhive.harness.http_limits import Limits
 from hyperhive.harness.http_server import loopback_listener, serve_http
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
@@ -36,51 +37,6 @@ task 3 done (exit code 0): sleep 1; echo "hello from a background task"
 last stdout lines (29 bytes in all):
 hello from a background task
 mcp__bash__status(id=3) shows the full status."""
-
-
-# -- what a prompt asks for (pure) -------------------------------------------------------------------------
-
-
-def test_wakes_are_split_at_their_headers_and_name_their_source() -> None:
-    prompt = (
-        "[hyperhive] 2 wakes.\n\n--- wake 17 from operator at 2026-12-01T06:40:12Z ---\nPlease run it.\n\n"
-        "--- wake 18 from bash-task-3 at 2026-12-01T06:40:15Z ---\ntask 3 done\n"
-    )
-    assert parse_wakes(prompt) == [Wake("operator", "Please run it."), Wake("bash-task-3", "task 3 done")]
-
-
-def test_a_prompt_without_wake_headers_is_one_operator_message() -> None:
-    assert parse_wakes("  hello there \n") == [Wake("operator", "hello there")]
-
-
-def test_task_wake_quotes_the_last_stdout_line_not_the_status_pointer() -> None:
-    assert last_output_line(TASK_WAKE.split("---\n", 1)[1]) == "hello from a background task"
-
-
-def test_task_wake_without_output_quotes_its_first_line() -> None:
-    assert last_output_line("task 4 done (exit code 1): false\nmcp__bash__status(id=4) …") == (
-        "task 4 done (exit code 1): false"
-    )
-
-
-def test_operator_messages_choose_the_tool() -> None:
-    default = plan_wake(Wake("operator", "Please run a background task."))
-    run = plan_wake(Wake("operator", "run: ls -l"))
-    remind = plan_wake(Wake("operator", "remind 2s: stretch"))
-    assert default.tool is not None and default.tool.arguments == {"cmd": DEMO_COMMAND, "wait_seconds": 0}
-    assert run.tool is not None and run.tool.arguments == {"cmd": "ls -l", "wait_seconds": 0}
-    assert remind.tool is not None
-    assert (remind.tool.server, remind.tool.tool, remind.tool.arguments) == (
-        "hyperhive",
-        "remind",
-        {"after_secs": 2.0, "body": "stretch"},
-    )
-
-
-def test_timer_wake_is_replied_as_a_reminder() -> None:
-    plan = plan_wake(Wake("timer", "stretch"))
-    assert plan.tool is not None
-    assert (plan.tool.tool, plan.tool.arguments) == ("reply", {"body": "Reminder: stretch"})
 
 
 # -- through the runtime -----------------------------------------------------------------------------------
@@ -310,3 +266,20 @@ async def test_a_restarted_agent_loads_the_recorded_session(tmp_path: Path) -> N
     assert [args for _, args, _ in tools.calls] == [{"body": "Reminder: one"}, {"body": "Reminder: two"}]
     assert two.stop_reason == "end_turn"
     assert [u.name for u in tool_uses(lines)] == ["mcp__hyperhive__reply"]
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(90)
+async def test_as_a_sub_agent_it_answers_in_its_text_and_never_replies(tmp_path: Path) -> None:
+    async with hive_tools() as tools:
+        config = dataclasses.replace(demo_config(tmp_path, tools), agent_id=3)  # its bash server: HIVE_AGENT_ID=3
+        async with demo_runtime(tmp_path, tools, config=config) as demo:
+            task, task_lines = await demo.turn(
+                "--- wake 1 from parent at 2026-12-01T06:40:12Z ---\nYou are a sub-agent.\n\nThe task:\nrun: echo hi"
+            )
+            told, told_lines = await demo.turn(TASK_WAKE)
+    [run] = tool_uses(task_lines)
+    assert (run.name, run.input) == ("mcp__bash__run", {"cmd": "echo hi", "wait_seconds": 0})
+    assert tool_uses(told_lines) == [] and tools.calls == [], "a sub-agent's answer is its text, not a reply"
+    assert told.result == "Task 3 finished: hello from a background task"
+    assert task.stop_reason == told.stop_reason == "end_turn"

@@ -12,10 +12,21 @@ format"), each line of its text after `| `; a prompt without headers is one oper
 
 - from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
   background task"` (or the text after `run: `); `remind <N>s: <text>` calls `mcp__hyperhive__remind`
-  instead;
+  instead; `delegate: <task>` calls `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0`;
 - from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>";
 - from `timer`: `mcp__hyperhive__reply` with "Reminder: <body>";
+- from `subagent-<id>`: `mcp__hyperhive__reply` with "Sub-agent <id> answered: <the answer's first line>";
 - from anyone else: a sentence saying it was noted.
+
+It runs as a sub-agent when the bash server it is given (session/new, session/load) has `HIVE_AGENT_ID` in
+its env: decided per session, from that list alone. A sub-agent has no operator and must not `reply` (the
+final text of its turn is its answer to its parent), so:
+
+- from `parent` (its task is after the line `The task:`; a follow-up message is all task): `run: <cmd>`
+  calls `mcp__bash__run` (`wait_seconds: 0`), `delegate: <task>` calls `mcp__hyperhive__subagent_start`,
+  anything else is answered with a sentence naming the task;
+- from `bash-task-<id>`, `timer` and `subagent-<id>`: the sentence the service's agent would reply, said
+  as its answer ("Task <id> finished: <last line>", ...).
 
 Each turn ends with a `usage_update`. A missing, failing or silent MCP server is reported in the text and
 the turn ends normally (every MCP call is bounded). `session/cancel` stops the turn at once (`cancelled`).

@@ -34,6 +34,7 @@ from acp.schema import (
     Implementation,
     ListSessionsResponse,
     McpCapabilities,
+    McpServerStdio,
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
@@ -46,7 +47,7 @@ from acp.schema import (
 
 from hyperhive import __version__
 from hyperhive.demo_agent.mcp_call import AnyMcpServer, McpGaveUp, McpUnavailable, ToolOutcome, call_mcp_tool
-from hyperhive.demo_agent.plan import ContentBlock, ToolStep, Wake, parse_wakes, plan_wake, prompt_text
+from hyperhive.demo_agent.plan import BASH, ContentBlock, ToolStep, Wake, parse_wakes, plan_wake, prompt_text
 
 log = logging.getLogger("hyperhive.demo_agent")
 
@@ -56,11 +57,26 @@ CONTEXT_SIZE = 200_000
 SESSION_PREFIX = "demo-"
 
 
+# What the harness puts in a sub-agent's bash server's env (config.py): its tasks wake the sub-agent.
+AGENT_ID_VARIABLE = "HIVE_AGENT_ID"
+
+
 @dataclass
 class Session:
     cwd: str
     mcp_servers: dict[str, AnyMcpServer]
     cancel: anyio.Event = field(default_factory=anyio.Event)
+
+    @classmethod
+    def given(cls, cwd: str, servers: list[AnyMcpServer] | None) -> Session:
+        return cls(cwd, {s.name: s for s in servers or []})
+
+    @property
+    def subagent(self) -> bool:
+        """Whether this session is a sub-agent's: its bash server speaks for an agent id. Decided from what
+        session/new or session/load gave, so it holds in any process (the agent keeps no state)."""
+        bash = self.mcp_servers.get(BASH)
+        return isinstance(bash, McpServerStdio) and any(e.name == AGENT_ID_VARIABLE for e in bash.env)
 
 
 class DemoAgent(Agent):
@@ -99,8 +115,9 @@ class DemoAgent(Agent):
         **kwargs: Any,
     ) -> NewSessionResponse:
         session_id = SESSION_PREFIX + uuid.uuid4().hex
-        self.sessions[session_id] = Session(cwd, {s.name: s for s in mcp_servers or []})
-        log.info("session %s: MCP servers %s", session_id, ", ".join(self.sessions[session_id].mcp_servers) or "none")
+        session = self.sessions[session_id] = Session.given(cwd, mcp_servers)
+        as_sub = " (a sub-agent's)" if session.subagent else ""
+        log.info("session %s%s: MCP servers %s", session_id, as_sub, ", ".join(session.mcp_servers) or "none")
         return NewSessionResponse(session_id=session_id)
 
     async def load_session(
@@ -115,8 +132,8 @@ class DemoAgent(Agent):
         # to replay, since every turn is decided by its prompt alone.
         if not session_id.startswith(SESSION_PREFIX):
             raise RequestError.resource_not_found(f"session {session_id}")
-        self.sessions[session_id] = Session(cwd, {s.name: s for s in mcp_servers or []})
-        log.info("session %s loaded", session_id)
+        session = self.sessions[session_id] = Session.given(cwd, mcp_servers)
+        log.info("session %s%s loaded", session_id, " (a sub-agent's)" if session.subagent else "")
         return LoadSessionResponse()
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
@@ -202,7 +219,7 @@ class DemoAgent(Agent):
         await self.conn.session_update(session_id, chunk)
 
     async def _answer(self, session_id: str, session: Session, wake: Wake, cancel: anyio.Event) -> None:
-        plan = plan_wake(wake)
+        plan = plan_wake(wake, subagent=session.subagent)
         await self._say(session_id, plan.before)
         if plan.tool is None:
             return

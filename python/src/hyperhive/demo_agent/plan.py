@@ -1,4 +1,5 @@
-"""What the demo agent does for a prompt, decided by the prompt alone (pure; the package's docstring lists it)."""
+"""What the demo agent does for a prompt, decided by the prompt alone and by whether it runs as a sub-agent
+(pure; the package's docstring lists it)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ _HEADER = re.compile(r"^---.*?\bfrom (\S+).*$", re.MULTILINE)
 _QUOTED = re.compile(r"^\| ?", re.MULTILINE)
 _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _RUN = re.compile(r"run:\s*(.*)", re.DOTALL | re.IGNORECASE)
+_DELEGATE = re.compile(r"delegate:\s*(.*)", re.DOTALL | re.IGNORECASE)
+# A sub-agent's first wake is the harness's preamble, then this line, then the task (harness/subagents.py).
+_TASK_LINE = re.compile(r"^The task:[ \t]*$", re.MULTILINE)
+SUBAGENT_PREFIX = "subagent-"
+TASK_PREFIX = "bash-task-"
 
 ContentBlock = (
     TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock
@@ -81,32 +87,85 @@ def last_output_line(body: str) -> str:
     return lines[0].strip() if lines else "(no output)"
 
 
-def plan_wake(wake: Wake) -> Plan:
-    """What the demo agent does for one wake (see the package's docstring)."""
+def task_of(body: str) -> str:
+    """What a sub-agent's parent asks of it: the text after the line `The task:` of its first wake, or the
+    whole of a follow-up message (which has no preamble)."""
+    found = _TASK_LINE.search(body)
+    return (body[found.end() :] if found else body).strip()
+
+
+def first_line(text: str) -> str:
+    """The first line that says something (a sub-agent's answer may open with blank lines)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "(nothing)")
+
+
+def plan_wake(wake: Wake, *, subagent: bool = False) -> Plan:
+    """What the demo agent does for one wake (see the package's docstring). A sub-agent (`subagent`) has
+    no operator: what it would reply, it says, since the final text of its turn is its parent's answer."""
     source, body = wake.source, wake.body
-    if source == "operator":
-        if remind := _REMIND.fullmatch(body):
-            after, text = float(remind.group(1)), remind.group(2).strip() or "(no text)"
-            return Plan(
-                f"Setting a reminder for {after:g} s.",
-                ToolStep(HYPERHIVE, "remind", {"after_secs": after, "body": text}),
-                "Reminder set ({result}).",
-            )
-        run = _RUN.fullmatch(body)
-        cmd = run.group(1).strip() if run and run.group(1).strip() else DEMO_COMMAND
-        return Plan(
-            "Starting a background task for you.",
-            ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
-            "It runs in the background ({result}); I will tell you when it is done.",
-        )
-    if source.startswith("bash-task-"):
-        task = source.removeprefix("bash-task-")
-        reply = f"Task {task} finished: {last_output_line(body)}"
-        return Plan(f"Task {task} has ended; telling the operator.", ToolStep(HYPERHIVE, "reply", {"body": reply}))
+    if source == "operator" and not subagent:
+        return _order(body)
+    if source == "parent" and subagent:
+        return _task(task_of(body))
+    if source.startswith(TASK_PREFIX):
+        task = source.removeprefix(TASK_PREFIX)
+        return _tell(f"Task {task} finished: {last_output_line(body)}", f"Task {task} has ended", subagent)
     if source == "timer":
-        reply = f"Reminder: {body}"
-        return Plan("A reminder is due; telling the operator.", ToolStep(HYPERHIVE, "reply", {"body": reply}))
+        return _tell(f"Reminder: {body}", "A reminder is due", subagent)
+    if source.startswith(SUBAGENT_PREFIX):
+        sub = source.removeprefix(SUBAGENT_PREFIX)
+        return _tell(f"Sub-agent {sub} answered: {first_line(body)}", f"Sub-agent {sub} has answered", subagent)
     return Plan(f"Noted the wake from {source}.")
+
+
+def _order(body: str) -> Plan:
+    """The operator's message to the service's agent: delegate, remind, or run a background task."""
+    if delegate := _DELEGATE.fullmatch(body):
+        return _delegate(delegate.group(1).strip())
+    if remind := _REMIND.fullmatch(body):
+        after, text = float(remind.group(1)), remind.group(2).strip() or "(no text)"
+        return Plan(
+            f"Setting a reminder for {after:g} s.",
+            ToolStep(HYPERHIVE, "remind", {"after_secs": after, "body": text}),
+            "Reminder set ({result}).",
+        )
+    run = _RUN.fullmatch(body)
+    cmd = run.group(1).strip() if run and run.group(1).strip() else DEMO_COMMAND
+    return Plan(
+        "Starting a background task for you.",
+        ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
+        "It runs in the background ({result}); I will tell you when it is done.",
+    )
+
+
+def _task(task: str) -> Plan:
+    """A sub-agent's task from its parent: run a command, delegate further, or answer at once."""
+    if run := _RUN.fullmatch(task):
+        cmd = run.group(1).strip() or DEMO_COMMAND
+        return Plan(
+            "Running the task's command in the background; I will answer when it ends.",
+            ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
+            "It runs ({result}).",
+        )
+    if delegate := _DELEGATE.fullmatch(task):
+        return _delegate(delegate.group(1).strip())
+    named = " ".join(task.split()) or "(nothing)"
+    return Plan(f"Done with the task: {named if len(named) <= 200 else named[:199] + '…'}")
+
+
+def _delegate(task: str) -> Plan:
+    return Plan(
+        "Delegating it to a sub-agent.",
+        ToolStep(HYPERHIVE, "subagent_start", {"task": task or "(no task)", "wait_seconds": 0}),
+        "Delegated ({result}).",
+    )
+
+
+def _tell(news: str, what: str, subagent: bool) -> Plan:
+    """Pass news on: a sub-agent says it (its answer), the service's agent replies to the operator."""
+    if subagent:
+        return Plan(news)
+    return Plan(f"{what}; telling the operator.", ToolStep(HYPERHIVE, "reply", {"body": news}))
 
 
 def prompt_text(blocks: list[ContentBlock]) -> str:

@@ -1,0 +1,143 @@
+"""What the demo agent does for a prompt (demo_agent/plan.py, pure), and how a session knows it is a
+sub-agent's (from the MCP servers it was given alone)."""
+
+from __future__ import annotations
+
+from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
+
+from hyperhive.demo_agent.agent import Session
+from hyperhive.demo_agent.plan import DEMO_COMMAND, Plan, Wake, last_output_line, parse_wakes, plan_wake, task_of
+
+TASK_WAKE_BODY = """task 3 done (exit code 0): sleep 1; echo "hello from a background task"
+last stdout lines (29 bytes in all):
+hello from a background task
+mcp__bash__status(id=3) shows the full status."""
+
+# The first wake of a sub-agent as the harness writes it (harness/subagents.py, `_first_prompt`).
+PREAMBLE = (
+    "You are a sub-agent, started by the service's agent to do the task below. You work in /srv/work. Your "
+    "final message in each turn is your answer. You cannot start sub-agents of your own.\n\nThe task:\n"
+)
+
+
+def call(plan: Plan) -> tuple[str, str, dict[str, object]] | None:
+    return None if plan.tool is None else (plan.tool.server, plan.tool.tool, plan.tool.arguments)
+
+
+# -- the prompt ------------------------------------------------------------------------------------------
+
+
+def test_wakes_are_split_at_their_headers_and_name_their_source() -> None:
+    prompt = (
+        "[hyperhive] 2 wakes.\n\n--- wake 17 from operator at 2026-12-01T06:40:12Z ---\nPlease run it.\n\n"
+        "--- wake 18 from bash-task-3 at 2026-12-01T06:40:15Z ---\ntask 3 done\n"
+    )
+    assert parse_wakes(prompt) == [Wake("operator", "Please run it."), Wake("bash-task-3", "task 3 done")]
+
+
+def test_a_prompt_without_wake_headers_is_one_operator_message() -> None:
+    assert parse_wakes("  hello there \n") == [Wake("operator", "hello there")]
+
+
+def test_task_wake_quotes_the_last_stdout_line_not_the_status_pointer() -> None:
+    assert last_output_line(TASK_WAKE_BODY) == "hello from a background task"
+
+
+def test_task_wake_without_output_quotes_its_first_line() -> None:
+    assert last_output_line("task 4 done (exit code 1): false\nmcp__bash__status(id=4) …") == (
+        "task 4 done (exit code 1): false"
+    )
+
+
+# -- the service's agent ---------------------------------------------------------------------------------
+
+
+def test_operator_messages_choose_the_tool() -> None:
+    default = plan_wake(Wake("operator", "Please run a background task."))
+    run = plan_wake(Wake("operator", "run: ls -l"))
+    remind = plan_wake(Wake("operator", "remind 2s: stretch"))
+    assert call(default) == ("bash", "run", {"cmd": DEMO_COMMAND, "wait_seconds": 0})
+    assert call(run) == ("bash", "run", {"cmd": "ls -l", "wait_seconds": 0})
+    assert call(remind) == ("hyperhive", "remind", {"after_secs": 2.0, "body": "stretch"})
+
+
+def test_delegate_starts_a_sub_agent_on_the_rest_without_waiting() -> None:
+    plan = plan_wake(Wake("operator", 'delegate: run: sleep 1; echo "hi"'))
+    assert call(plan) == ("hyperhive", "subagent_start", {"task": 'run: sleep 1; echo "hi"', "wait_seconds": 0})
+
+
+def test_timer_wake_is_replied_as_a_reminder() -> None:
+    assert call(plan_wake(Wake("timer", "stretch"))) == ("hyperhive", "reply", {"body": "Reminder: stretch"})
+
+
+def test_task_wake_is_replied_to_the_operator() -> None:
+    plan = plan_wake(Wake("bash-task-3", TASK_WAKE_BODY))
+    assert call(plan) == ("hyperhive", "reply", {"body": "Task 3 finished: hello from a background task"})
+
+
+def test_a_sub_agents_answer_is_relayed_by_its_first_line() -> None:
+    plan = plan_wake(Wake("subagent-4", "\nTask 2 finished: hello\n\nmore of the answer"))
+    assert call(plan) == ("hyperhive", "reply", {"body": "Sub-agent 4 answered: Task 2 finished: hello"})
+
+
+def test_a_parent_wake_to_the_services_agent_is_only_noted() -> None:
+    plan = plan_wake(Wake("parent", PREAMBLE + "run: ls"))
+    assert plan.tool is None and plan.before == "Noted the wake from parent."
+
+
+# -- a sub-agent -----------------------------------------------------------------------------------------
+
+
+def test_the_task_is_what_follows_the_task_line_or_the_whole_follow_up() -> None:
+    assert task_of(PREAMBLE + "run: ls\n") == "run: ls"
+    assert task_of("  and now the rest  ") == "and now the rest"
+
+
+def test_a_sub_agent_runs_its_tasks_command_in_the_background() -> None:
+    plan = plan_wake(Wake("parent", PREAMBLE + 'run: sleep 1; echo "hi"'), subagent=True)
+    assert call(plan) == ("bash", "run", {"cmd": 'sleep 1; echo "hi"', "wait_seconds": 0})
+
+
+def test_a_sub_agent_delegates_further_when_its_task_says_so() -> None:
+    plan = plan_wake(Wake("parent", PREAMBLE + "delegate: count the files"), subagent=True)
+    assert call(plan) == ("hyperhive", "subagent_start", {"task": "count the files", "wait_seconds": 0})
+
+
+def test_any_other_task_is_answered_with_a_sentence_naming_it() -> None:
+    plan = plan_wake(Wake("parent", PREAMBLE + "summarise\nthe README"), subagent=True)
+    assert plan.tool is None and plan.before == "Done with the task: summarise the README"
+
+
+def test_a_sub_agent_says_what_the_services_agent_would_reply_and_never_replies() -> None:
+    sub = [
+        plan_wake(Wake("bash-task-3", TASK_WAKE_BODY), subagent=True),
+        plan_wake(Wake("timer", "stretch"), subagent=True),
+        plan_wake(Wake("subagent-9", "done"), subagent=True),
+    ]
+    assert [(p.tool, p.before) for p in sub] == [
+        (None, "Task 3 finished: hello from a background task"),
+        (None, "Reminder: stretch"),
+        (None, "Sub-agent 9 answered: done"),
+    ]
+
+
+def test_an_operator_wake_to_a_sub_agent_starts_nothing() -> None:
+    plan = plan_wake(Wake("operator", "run: rm -rf /"), subagent=True)
+    assert plan.tool is None
+
+
+# -- which a session is ----------------------------------------------------------------------------------
+
+
+def bash(**env: str) -> McpServerStdio:
+    variables = [EnvVariable(name=k, value=v) for k, v in env.items()]
+    return McpServerStdio(name="bash", command="hyperhive", args=["bash-mcp"], env=variables)
+
+
+def test_a_session_is_a_sub_agents_when_its_bash_server_speaks_for_an_agent_id() -> None:
+    hive = HttpMcpServer(type="http", name="hyperhive", url="http://127.0.0.1:1/mcp", headers=[])
+    assert Session.given("/w", [bash(HIVE_AGENT_ID="3", HIVE_SOCKET="/s"), hive]).subagent
+    assert not Session.given("/w", [bash(HIVE_SOCKET="/s"), hive]).subagent
+    assert not Session.given("/w", []).subagent
+    other = McpServerStdio(name="tools", command="x", args=[], env=[EnvVariable(name="HIVE_AGENT_ID", value="3")])
+    assert not Session.given("/w", [other]).subagent, "only the bash server says whose tasks they are"
