@@ -61,6 +61,16 @@ def test_operator_messages_choose_the_tool() -> None:
     assert call(remind) == ("hyperhive", "remind", {"after_secs": 2.0, "body": "stretch"})
 
 
+def test_run_with_seconds_waits_that_long_for_the_task() -> None:
+    assert call(plan_wake(Wake("operator", "run 20s: sleep 60"))) == (
+        "bash",
+        "run",
+        {"cmd": "sleep 60", "wait_seconds": 20.0},
+    )
+    sub = plan_wake(Wake("parent", PREAMBLE + "run 2.5s: make"), subagent=True)
+    assert call(sub) == ("bash", "run", {"cmd": "make", "wait_seconds": 2.5})
+
+
 def test_delegate_starts_a_sub_agent_on_the_rest_without_waiting() -> None:
     plan = plan_wake(Wake("operator", 'delegate: run: sleep 1; echo "hi"'))
     assert call(plan) == ("hyperhive", "subagent_start", {"task": 'run: sleep 1; echo "hi"', "wait_seconds": 0})

@@ -11,8 +11,9 @@ any restart). The prompt lists wakes, each under a header naming its source
 format"), each line of its text after `| `; a prompt without headers is one operator message. Per wake:
 
 - from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
-  background task"` (or the text after `run: `); `remind <N>s: <text>` calls `mcp__hyperhive__remind`
-  instead; `delegate: <task>` calls `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0`;
+  background task"` (or the text after `run: `; `run <N>s: <cmd>` waits up to N s for it);
+  `remind <N>s: <text>` calls `mcp__hyperhive__remind` instead; `delegate: <task>` calls
+  `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0`;
 - from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>";
 - from `timer`: `mcp__hyperhive__reply` with "Reminder: <body>";
 - from `subagent-<id>`: `mcp__hyperhive__reply` with "Sub-agent <id> answered: <the answer's first line>";
@@ -23,8 +24,8 @@ its env: decided per session, from that list alone. A sub-agent has no operator 
 final text of its turn is its answer to its parent), so:
 
 - from `parent` (its task is after the line `The task:`; a follow-up message is all task): `run: <cmd>`
-  calls `mcp__bash__run` (`wait_seconds: 0`), `delegate: <task>` calls `mcp__hyperhive__subagent_start`,
-  anything else is answered with a sentence naming the task;
+  calls `mcp__bash__run` (`wait_seconds: 0`, or N with `run <N>s:`), `delegate: <task>` calls
+  `mcp__hyperhive__subagent_start`, anything else is answered with a sentence naming the task;
 - from `bash-task-<id>`, `timer` and `subagent-<id>`: the sentence the service's agent would reply, said
   as its answer ("Task <id> finished: <last line>", ...).
 

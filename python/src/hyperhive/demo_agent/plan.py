@@ -25,7 +25,8 @@ HYPERHIVE = "hyperhive"
 _HEADER = re.compile(r"^---.*?\bfrom (\S+).*$", re.MULTILINE)
 _QUOTED = re.compile(r"^\| ?", re.MULTILINE)
 _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
-_RUN = re.compile(r"run:\s*(.*)", re.DOTALL | re.IGNORECASE)
+# `run: <cmd>` starts a task in the background; `run <N>s: <cmd>` waits up to N s for it (a turn that long).
+_RUN = re.compile(r"run(?:\s+(\d+(?:\.\d+)?)\s*s)?\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 _DELEGATE = re.compile(r"delegate:\s*(.*)", re.DOTALL | re.IGNORECASE)
 # A sub-agent's first wake is the harness's preamble, then this line, then the task (harness/subagents.py).
 _TASK_LINE = re.compile(r"^The task:[ \t]*$", re.MULTILINE)
@@ -129,11 +130,9 @@ def _order(body: str) -> Plan:
             ToolStep(HYPERHIVE, "remind", {"after_secs": after, "body": text}),
             "Reminder set ({result}).",
         )
-    run = _RUN.fullmatch(body)
-    cmd = run.group(1).strip() if run and run.group(1).strip() else DEMO_COMMAND
     return Plan(
         "Starting a background task for you.",
-        ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
+        _run_step(_RUN.fullmatch(body)),
         "It runs in the background ({result}); I will tell you when it is done.",
     )
 
@@ -141,16 +140,22 @@ def _order(body: str) -> Plan:
 def _task(task: str) -> Plan:
     """A sub-agent's task from its parent: run a command, delegate further, or answer at once."""
     if run := _RUN.fullmatch(task):
-        cmd = run.group(1).strip() or DEMO_COMMAND
         return Plan(
             "Running the task's command in the background; I will answer when it ends.",
-            ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": 0}, kind="execute"),
+            _run_step(run),
             "It runs ({result}).",
         )
     if delegate := _DELEGATE.fullmatch(task):
         return _delegate(delegate.group(1).strip())
     named = " ".join(task.split()) or "(nothing)"
     return Plan(f"Done with the task: {named if len(named) <= 200 else named[:199] + '…'}")
+
+
+def _run_step(run: re.Match[str] | None) -> ToolStep:
+    """`mcp__bash__run` for a `run:` order (the demo's own command without one or with an empty one)."""
+    cmd = run.group(2).strip() if run and run.group(2).strip() else DEMO_COMMAND
+    wait = float(run.group(1)) if run and run.group(1) else 0
+    return ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": wait}, kind="execute")
 
 
 def _delegate(task: str) -> Plan:
