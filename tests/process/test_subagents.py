@@ -28,7 +28,7 @@ from mcp.types import TextContent
 
 from hyperhive.harness.agent_tokens import AgentTokens
 from tests.process.acp_harness import alive
-from tests.process.harness_service import Service, running_service, service_env, start_service
+from tests.process.harness_service import Service, run_cli, running_service, service_env, start_service
 
 DEMO_AGENT = json.dumps(["-m", "hyperhive", "demo-agent"])
 # A profile that runs the demo agent too (a profile without `runtime` would be claude).
@@ -279,3 +279,34 @@ async def test_waiting_returns_the_answer_inline_and_no_wake_is_written(tmp_path
         await anyio.sleep(1.0)  # a wake would have been written with the turn's end, before the tool answered
         assert rows(svc, "SELECT COUNT(*) FROM wakes WHERE agent = 0") == [(0,)]
         assert rows(svc, "SELECT COUNT(*) FROM turns WHERE agent = 0") == [(0,)], "the parent was not woken"
+
+
+# -- the operator ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_the_operator_lists_and_cancels_a_sub_agent_and_its_parent_is_told(tmp_path: Path) -> None:
+    with serving(tmp_path) as svc:
+        await call(svc, "subagent_start", task="run: sleep 60")
+        await wait_for(svc, "the task running", lambda: rows(svc, "SELECT status FROM tasks") == [("running",)])
+        listed = svc.cli("subagents").stdout.splitlines()
+        assert listed[0].split() == ["id", "parent", "profile", "state", "turn", "turns", "context", "time", "task"]
+        assert listed[1].split()[:4] == ["1", "agent", "default", "idle"] and listed[1].endswith("run: sleep 60")
+        [entry] = json.loads(svc.cli("subagents", "--json").stdout)["subagents"]
+        assert (entry["id"], entry["state"], entry["turns"]) == (1, "idle", 1)
+        assert svc.cli("subagents", "cancel", "1").stdout == "sub-agent 1 is cancelled: cancelled by the operator\n"
+        await wait_for(svc, "the task killed", lambda: rows(svc, "SELECT status FROM tasks") != [("running",)])
+        # Not its parent's doing: the parent is woken, and the demo agent relays it.
+        told = "Sub-agent 1 answered: sub-agent 1 was cancelled by the operator."
+        await wait_for(svc, "the cancel relayed", lambda: told in outbox(svc))
+        refused = svc.cli("subagents", "cancel", "7", check=False)
+        assert refused.returncode == 1 and "no sub-agent 7" in refused.stderr
+
+
+def test_the_sub_agent_commands_need_the_service_and_say_so(tmp_path: Path) -> None:
+    env = service_env(tmp_path)
+    for args in (["subagents"], ["subagents", "cancel", "1"]):
+        done = run_cli(env, *args, check=False)
+        assert done.returncode == 4, done.stderr
+        assert "not running" in done.stderr and "`hyperhive status` shows them from the store" in done.stderr

@@ -26,6 +26,7 @@ COMMANDS = {
     "outbox": "hyperhive.cli.outbox:outbox",
     "send": "hyperhive.cli.send:send",
     "status": "hyperhive.cli.status:status",
+    "subagents": "hyperhive.cli.subagents:subagents",
     "tail": "hyperhive.cli.tail:tail",
     "tasks": "hyperhive.cli.tasks:tasks",
     "turn": "hyperhive.cli.turn:turn",

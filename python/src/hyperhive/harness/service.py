@@ -50,7 +50,7 @@ from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.statedir.directory import check_layout, prepare
 from hyperhive.store.database import Store, describe_sqlite_error
-from hyperhive.store.subagents import SubagentRow
+from hyperhive.store.subagents import SubagentRow, in_status, operator_view
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
@@ -166,27 +166,11 @@ class Service:
         return answered
 
     def _subagent(self, row: SubagentRow) -> dict[str, Any]:
-        return {
-            "id": row.id,
-            "parent": row.parent,
-            "depth": row.depth,
-            "profile": row.profile,
-            "state": row.state,
-            "turn": self.subagents.current_turn(row.id),
-            "turns": row.turns,
-            "busy_secs": round(row.busy_ms / 1000, 1),
-            "context": {"used": row.context_used, "size": row.context_size},
-            "cost_usd": row.cost_usd,
-            "created_at": row.created_at,
-            "ended_at": row.ended_at,
-            "error": row.error,
-            "task": row.task[:200],
-        }
+        return operator_view(row, self.subagents.current_turn(row.id))
 
     async def status(self) -> dict[str, Any]:
         stored = await self.inbox.summary(getattr(self.runtime, "session_key", self.runtime.name))
         rows = await self.subagents.list(None)
-        shown = [r for r in rows if not r.final] + [r for r in rows if r.final][:5]
         last = stored.last_turn
         return {
             "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
@@ -200,7 +184,7 @@ class Service:
             "turns": stored.turns,
             "http": self.http_url,
             "subscribers": self.inbox.feed.subscribers,
-            "subagents": [self._subagent(r) for r in sorted(shown, key=lambda r: r.id)],
+            "subagents": [self._subagent(r) for r in in_status(rows)],
         }
 
 

@@ -19,9 +19,9 @@ agent's are; when that has happened too often (`gave_up`), the sub-agent has fai
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
@@ -33,6 +33,8 @@ FINAL_STATES = frozenset({"cancelled", "interrupted", "spent"})
 MAX_ANSWER_CHARS = 1_000_000
 # The source of the wakes a parent sends its sub-agent (its task, then its messages).
 PARENT = "parent"
+# `status` shows every sub-agent that has not ended, and this many of the newest that have.
+STATUS_ENDED = 5
 
 
 def source_of(subagent_id: int) -> str:
@@ -63,6 +65,34 @@ class SubagentRow:
     @property
     def final(self) -> bool:
         return self.state in FINAL_STATES
+
+
+def operator_view(row: SubagentRow, turn: int | None = None) -> dict[str, Any]:
+    """A sub-agent as the operator is shown it (the control socket's `status` and `subagents`, and
+    `hyperhive status` reading the store when no service runs); `turn` is the turn it is in, if any."""
+    return {
+        "id": row.id,
+        "parent": row.parent,
+        "depth": row.depth,
+        "profile": row.profile,
+        "state": row.state,
+        "turn": turn,
+        "turns": row.turns,
+        "busy_secs": round(row.busy_ms / 1000, 1),
+        "context": {"used": row.context_used, "size": row.context_size},
+        "cost_usd": row.cost_usd,
+        "created_at": row.created_at,
+        "ended_at": row.ended_at,
+        "error": row.error,
+        "task": row.task[:200],
+    }
+
+
+def in_status(rows: Iterable[SubagentRow]) -> list[SubagentRow]:
+    """What `status` lists of these (newest first): every one not ended, and the newest that ended; by id."""
+    rows = list(rows)
+    shown = [r for r in rows if not r.final] + [r for r in rows if r.final][:STATUS_ENDED]
+    return sorted(shown, key=lambda r: r.id)
 
 
 @dataclass(frozen=True)
