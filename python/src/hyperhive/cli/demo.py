@@ -2,7 +2,9 @@
 
     start `hyperhive agent` (runtime acp, agent `hyperhive demo-agent`) ─ wait for harness.sock
     ─ follow `hyperhive tail -f` ─ `hyperhive send` a message ─ wait for the agent's reply in the outbox
-    ─ print the outbox ─ SIGTERM the service (it exits 0; the tail ends with it)
+    ─ print the outbox ─ `hyperhive send` a task to delegate ─ wait for the sub-agent's answer relayed
+    to the outbox ─ print those entries and `hyperhive subagents` ─ SIGTERM the service (it exits 0;
+    the tail ends with it)
 
 It drives the service only through the operator CLI, as a user would. Every process it starts runs in its
 own process group and is stopped on every path (TERM, a grace, KILL), so a failure leaves nothing running;
@@ -37,6 +39,10 @@ from hyperhive.statedir.files import open_file
 from hyperhive.statedir.layout import StateDir
 
 MESSAGE = "Please run a background task and tell me when it is done."
+# The demo agent starts a sub-agent on the rest; the sub-agent runs the command, its end wakes the
+# sub-agent, whose answer wakes the agent, which relays it to the outbox.
+SUBAGENT_OUTPUT = "hello from a sub-agent's task"
+DELEGATE = f'delegate: run: sleep 1; echo "{SUBAGENT_OUTPUT}"'
 SOCKET_WITHIN = 20.0
 STOP_WITHIN = 30.0  # the service's own stop is bounded by HIVE_CANCEL_GRACE + its margin
 CLI_WITHIN = 30.0
@@ -202,25 +208,46 @@ async def _wait_for_subscriber(env: Mapping[str, str], *, within: float) -> None
             await anyio.sleep(POLL)
 
 
-async def wait_for_reply(env: Mapping[str, str], *, within: float) -> dict[str, Any]:
-    """The first outbox entry from the agent, polling `hyperhive outbox --json`."""
+async def wait_for_reply(env: Mapping[str, str], *, within: float, after: int = 0, saying: str = "") -> dict[str, Any]:
+    """The first outbox entry from the agent after entry `after` whose body has `saying` in it, polling
+    `hyperhive outbox --json`."""
     with anyio.move_on_after(within):
         while True:
             for entry in await _json_lines(env, "outbox", "--json"):
-                if entry.get("source") == "agent":
+                if entry.get("source") == "agent" and entry.get("id", 0) > after and saying in entry.get("body", ""):
                     return entry
             await anyio.sleep(POLL)
-    raise DemoFailed(f"the agent did not reply within {within:g} s")
+    raise DemoFailed(f"the agent did not reply{f' {saying!r}' if saying else ''} within {within:g} s")
 
 
 async def _wait_idle(env: Mapping[str, str], *, within: float) -> None:
-    """Let the turn that replied finish, so the stream shows its end (best effort)."""
+    """Let the turns that replied finish, the agent's and its sub-agents', so the stream shows their ends
+    (best effort)."""
     with anyio.move_on_after(within):
         while True:
             done = await _cli(env, "status", "--json")
-            if done.returncode != 0 or json.loads(done.stdout).get("state") == "idle":
+            if done.returncode != 0:
+                return
+            info = json.loads(done.stdout)
+            busy = [s for s in info.get("subagents", []) if s.get("turn") is not None]
+            if info.get("state") == "idle" and not busy:
                 return
             await anyio.sleep(POLL)
+
+
+async def _show_cli(env: Mapping[str, str], *args: str) -> None:
+    """Run an operator command and print what it printed, indented."""
+    done = await _cli(env, *args)
+    if done.returncode != 0:
+        raise _cli_failed(args, done)
+    _echo("\n".join(PREFIX + line for line in done.stdout.decode(errors="replace").splitlines()))
+
+
+async def _send(env: Mapping[str, str], message: str) -> None:
+    _echo(f"sending: {message!r}")
+    sent = await _cli(env, "send", message)
+    if sent.returncode != 0:
+        raise _cli_failed(["send", "…"], sent)
 
 
 def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -244,10 +271,12 @@ def keep_instructions(state: Path, pid: int) -> str:
             f"The service keeps running (pid {pid}); its state and log ({StateDir(state).demo_log}) are in {state}.",
             "Play with it:",
             f"  {env} {prog} send 'run: ls -l'",
+            f"  {env} {prog} send 'delegate: run: ls -l'",
             f"  {env} {prog} send 'remind 5s: stretch your legs'",
             f"  {env} {prog} tail -f",
             f"  {env} {prog} outbox",
             f"  {env} {prog} status",
+            f"  {env} {prog} subagents",
             "Stop it (it exits 0) and clean up:",
             f"  kill -TERM {pid} && rm -rf {shlex.quote(str(state))}",
         ]
@@ -316,15 +345,19 @@ async def _steps(
     )
     tg.start_soon(_show, tail.stdout, PREFIX)
     await _wait_for_subscriber(env, within=5.0)
-    _echo(f"sending: {MESSAGE!r}")
-    sent = await _cli(env, "send", MESSAGE)
-    if sent.returncode != 0:
-        raise _cli_failed(["send", "…"], sent)
-    await wait_for_reply(env, within=within)
+    await _send(env, MESSAGE)
+    replied = await wait_for_reply(env, within=within)
     await _wait_idle(env, within=5.0)
-    outbox = await _cli(env, "outbox")
     _echo("the agent replied; the outbox (hyperhive outbox):")
-    _echo("\n".join(PREFIX + line for line in outbox.stdout.decode(errors="replace").splitlines()))
+    await _show_cli(env, "outbox")
+    # A sub-agent: its events come tagged in the stream, its answers as wakes the agent relays.
+    await _send(env, DELEGATE)
+    relayed = await wait_for_reply(env, within=within, after=replied["id"], saying=SUBAGENT_OUTPUT)
+    await _wait_idle(env, within=5.0)
+    _echo("the sub-agent answered, and the agent relayed it; the outbox's new entries:")
+    await _show_cli(env, "outbox", "-n", str(relayed["id"] - replied["id"]))
+    _echo("the sub-agents (hyperhive subagents):")
+    await _show_cli(env, "subagents")
     if keep:
         children.detach(service)
         await children.stop(tail, grace=children.grace)
@@ -346,14 +379,16 @@ async def _steps(
     type=click.FloatRange(min=1),
     default=15.0,
     show_default=True,
-    help="Seconds to wait for the agent's reply once the message is sent.",
+    help="Seconds to wait for each of the agent's replies once its message is sent.",
 )
 def demo(keep: bool, within: float) -> None:
     """See the service work, offline, in a temporary state directory, with a built-in scripted agent.
 
     Starts `hyperhive agent` with `hyperhive demo-agent` (an ACP agent without a model), shows the live
     stream, sends a message: the agent starts a background task through the bash MCP server, the task's
-    end wakes it, it replies through hyperhive's own tools. Prints the outbox, stops the service.
+    end wakes it, it replies through hyperhive's own tools. Then it delegates a task to a sub-agent, whose
+    own task wakes it and whose answer wakes the agent, which relays it. Prints the outbox and the
+    sub-agents, stops the service.
     """
     try:
         code = anyio.run(_with_signals, keep, within)

@@ -20,7 +20,8 @@ def demo_agent(mcp_timeout: float) -> None:
     """A deterministic ACP agent on stdin/stdout, no model: what `hyperhive demo` runs.
 
     It runs a background task through the bash MCP server when the operator writes, and replies through
-    hyperhive's own tools when the task ends. See hyperhive/demo_agent/ for everything it does.
+    hyperhive's own tools when the task ends; `delegate: <task>` starts a sub-agent (the demo agent too),
+    whose answer it relays. See hyperhive/demo_agent/ for everything it does.
     """
     from hyperhive.demo_agent.agent import DemoAgent
     from hyperhive.demo_agent.stdio import serve
