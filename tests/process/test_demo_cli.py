@@ -192,7 +192,8 @@ def test_demo_shows_the_task_the_wake_and_the_reply_then_stops_cleanly(short_tmp
     assert "agent: Task 1 finished: hello from a background task" in out
     # The sub-agent: started by the agent, its own task wakes it, its answer is relayed to the outbox.
     assert "mcp__hyperhive__subagent_start" in out
-    assert re.search(r"wakes \d+ from bash-task-2", out), "the sub-agent's task woke it"
+    assert re.search(r"\[subagent-1\] ── turn \d+ \(.*\): wakes \d+ from bash-task-2", out), "its task woke it"
+    assert "[subagent-1] Task 2 finished: hello from a sub-agent's task" in out, "its answer, tagged in the stream"
     assert "agent: Sub-agent 1 answered: Task 2 finished: hello from a sub-agent's task" in out
     assert re.search(r"│ +1 +agent +default +idle +- +2 ", out), "hyperhive subagents lists it, idle after 2 turns"
     assert "the service stopped cleanly (exit 0)" in out

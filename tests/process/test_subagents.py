@@ -295,6 +295,9 @@ async def test_the_operator_lists_and_cancels_a_sub_agent_and_its_parent_is_told
         assert listed[1].split()[:4] == ["1", "agent", "default", "idle"] and listed[1].endswith("run: sleep 60")
         [entry] = json.loads(svc.cli("subagents", "--json").stdout)["subagents"]
         assert (entry["id"], entry["state"], entry["turns"]) == (1, "idle", 1)
+        status = svc.cli("status").stdout.splitlines()
+        at = status.index("subagents: 1 idle")
+        assert status[at + 2].split()[:6] == ["1", "agent", "default", "idle", "-", "1"]
         assert svc.cli("subagents", "cancel", "1").stdout == "sub-agent 1 is cancelled: cancelled by the operator\n"
         await wait_for(svc, "the task killed", lambda: rows(svc, "SELECT status FROM tasks") != [("running",)])
         # Not its parent's doing: the parent is woken, and the demo agent relays it.

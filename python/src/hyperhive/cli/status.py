@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="As one JSON object.")
 def status(as_json: bool) -> None:
-    """What the service is doing: runtime, session, context, queue, tasks, last turn."""
+    """What the service is doing: runtime, session, context, queue, tasks, last turn, sub-agents."""
     config = config_or_exit(read_mcp_servers=False)
     problem = None
     try:
@@ -56,10 +56,13 @@ def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any
 
     records = open_records(config)
     last = records.last_turn()
+    from hyperhive.store.subagents import SubagentTable, in_status, operator_view
     from hyperhive.store.tasks import TaskTable
 
     unfinished = TaskTable(records.store).unfinished()
     tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in unfinished]
+    # As the service shows them (none is in a turn: no service drives them).
+    subagents = [operator_view(r) for r in in_status(SubagentTable(records.store).recent())]
     return {
         "up": False,
         "state": "not running" if problem is None else "not answering",
@@ -70,6 +73,7 @@ def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any
         "tasks": tasks,
         "last_turn": dataclasses.asdict(last) if last is not None else None,
         "turns": records.turn_count(),
+        "subagents": subagents,
     }
 
 
@@ -113,4 +117,13 @@ def _format_status(info: dict[str, Any]) -> str:
         error = f": {last['error']}" if last.get("error") else ""
         lines.append(f"last turn: {last['id']} {last['outcome']} at {when(last['started_at'])}{took}{error}")
     lines.append(f"turns:    {info.get('turns', 0)}")
+    subagents = info.get("subagents") or []
+    if subagents:
+        from hyperhive.cli.subagents import subagent_lines
+
+        states: dict[str, int] = {}
+        for entry in subagents:
+            states[entry["state"]] = states.get(entry["state"], 0) + 1
+        lines.append("subagents: " + ", ".join(f"{n} {state}" for state, n in states.items()))
+        lines.extend("  " + line for line in subagent_lines(subagents))
     return "\n".join(lines)

@@ -53,7 +53,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     help="Read at most this much of the transcript's end (K, M, G); lines beyond it are left out, and said to be.",
 )
 def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> None:
-    """The agent's turns as they happen (readable like `hyperhive turn --render`).
+    """The agent's turns as they happen (readable like `hyperhive turn --render`); a sub-agent's are tagged
+    with its id (`[subagent-3] `).
 
     Without -f: the end of the latest transcript, read back from its end (never the whole file), at most
     --lines lines within its last --bytes bytes.
@@ -67,15 +68,15 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
     # JSON escapes C0 itself; C1 controls, bidi overrides and line separators are escaped too unless raw.
     as_text: Callable[[Any], str] = (lambda doc: json.dumps(doc, ensure_ascii=False)) if raw else visible_json
 
-    def show_line(doc: dict[str, Any]) -> None:
+    def show_line(doc: dict[str, Any], tag: str = "") -> None:
         if as_json:
             click.echo(as_text(doc))
         else:
             try:
                 for text in render_line(line_from_dict(doc), color=color, raw=raw):
-                    click.echo(text)
+                    click.echo(tagged(tag, text))
             except HyperhiveError:
-                click.echo(as_text(doc))
+                click.echo(tag + as_text(doc))
         sys.stdout.flush()
 
     if not follow:
@@ -89,21 +90,33 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
 
     def on_event(event: dict[str, Any]) -> None:
         kind = event.get("event")
+        agent = event.get("agent")
+        # A sub-agent's events name it: each of its lines is tagged (`[subagent-3] `), and with --json its
+        # stream-json lines carry `agent`, since they are the service's agent's lines otherwise.
+        tag = f"[subagent-{agent}] " if isinstance(agent, int) and agent else ""
         if kind == "line":
-            show_line(event["line"])
+            if as_json:
+                show_line({"agent": agent, **event["line"]} if tag else event["line"])
+            else:
+                show_line(event["line"], tag)
         elif as_json:
             return
         elif kind == "turn_start":
             wakes = ", ".join(f"{w['id']} from {w['from']}" for w in event.get("wakes", []))
-            click.echo(as_shown(f"── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
+            click.echo(as_shown(f"{tag}── turn {event['turn']} ({time.strftime('%H:%M:%S')}): wakes {wakes}"))
         elif kind == "turn_end":
             error = f": {event['error']}" if event.get("error") else ""
-            click.echo(as_shown(f"── turn {event['turn']} {event['outcome']}{error}"))
+            click.echo(as_shown(f"{tag}── turn {event['turn']} {event['outcome']}{error}"))
         elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
-            click.echo(as_shown(f"── {event['state']}"))
+            click.echo(as_shown(f"{tag}── {event['state']}"))
         sys.stdout.flush()
 
     follow_service(config, on_event, say_missed=True)
+
+
+def tagged(tag: str, text: str) -> str:
+    """`text` with `tag` before each of its lines (a sub-agent's multi-line message stays its own)."""
+    return text if not tag else "\n".join(tag + line for line in text.split("\n"))
 
 
 def _show_transcript_end(path: Path, count: int, max_bytes: int, show: Callable[[dict[str, Any]], None]) -> None:

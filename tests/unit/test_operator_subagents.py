@@ -1,0 +1,95 @@
+"""What the operator's commands show of sub-agents: `tail -f` tags their events, `status` lists them (from
+the service's answer, or from the store when no service runs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hyperhive.cli import main
+from hyperhive.cli import tail as tail_cli
+from hyperhive.store.database import Store
+from hyperhive.store.subagents import SubagentTable
+
+
+def text_line(text: str) -> dict[str, Any]:
+    return {"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}}
+
+
+EVENTS: list[dict[str, Any]] = [
+    {"event": "turn_start", "turn": 1, "wakes": [{"id": 1, "from": "operator"}]},
+    {"event": "line", "turn": 1, "line": text_line("delegating")},
+    {"event": "turn_start", "turn": 2, "wakes": [{"id": 2, "from": "parent"}], "agent": 3},
+    {"event": "line", "turn": 2, "line": text_line("first\nsecond"), "agent": 3},
+    {"event": "turn_end", "turn": 2, "outcome": "answered", "agent": 3},
+    {"event": "turn_end", "turn": 1, "outcome": "answered"},
+]
+
+
+def run_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    def follow(config: Any, on_event: Callable[[dict[str, Any]], None], **kwargs: Any) -> None:
+        for event in EVENTS:
+            on_event(event)
+
+    monkeypatch.setattr(tail_cli, "follow_service", follow)
+    result = CliRunner().invoke(main, ["tail", "-f", *args], env={"HIVE_STATE_DIR": str(tmp_path / "state")})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_tail_tags_each_line_of_a_sub_agents_events_and_not_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [line.split(" (")[0] for line in run_tail(tmp_path, monkeypatch).splitlines()]
+    assert lines == [
+        "── turn 1",
+        "delegating",
+        "[subagent-3] ── turn 2",
+        "[subagent-3] first",
+        "[subagent-3] second",
+        "[subagent-3] ── turn 2 answered",
+        "── turn 1 answered",
+    ]
+
+
+def test_tail_json_names_the_sub_agent_in_its_stream_json_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = [json.loads(line) for line in run_tail(tmp_path, monkeypatch, "--json").splitlines()]
+    assert docs == [text_line("delegating"), {"agent": 3, **text_line("first\nsecond")}]
+
+
+def test_status_without_a_service_lists_the_sub_agents_from_the_store(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = Store(state / "hyperhive.db")
+    table = SubagentTable(store)
+    table.create(parent=0, depth=1, profile="default", task="run: make", workdir="/w", worktree=False, first_prompt="p")
+    table.create(parent=1, depth=2, profile="review", task="look", workdir="/w", worktree=False, first_prompt="p")
+    table.end(2, "cancelled", "cancelled by the operator", parent_wake=None)
+    store.close()
+    result = CliRunner().invoke(main, ["status"], env={"HIVE_STATE_DIR": str(state)})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "service:  NOT RUNNING (read from the store)"
+    at = lines.index("subagents: 1 working, 1 cancelled")
+    assert lines[at + 1].split() == ["id", "parent", "profile", "state", "turn", "turns", "context", "time", "task"]
+    assert lines[at + 2].split() == ["1", "agent", "default", "working", "-", "0", "-", "0.0", "s", "run:", "make"]
+    assert lines[at + 3].split() == ["2", "subagent-1", "review", "cancelled", "-", "0", "-", "0.0", "s", "look"]
+    assert lines[at + 4].strip() == "cancelled: cancelled by the operator"
+    offline = json.loads(CliRunner().invoke(main, ["status", "--json"], env={"HIVE_STATE_DIR": str(state)}).output)
+    assert [(s["id"], s["parent"], s["state"], s["turn"]) for s in offline["subagents"]] == [
+        (1, 0, "working", None),
+        (2, 1, "cancelled", None),
+    ]
+
+
+def test_status_without_sub_agents_says_nothing_of_them(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    Store(state / "hyperhive.db").close()
+    result = CliRunner().invoke(main, ["status"], env={"HIVE_STATE_DIR": str(state)})
+    assert result.exit_code == 0 and "subagents" not in result.output
