@@ -1,10 +1,10 @@
 """`hyperhive demo`: the whole service, offline, in a temporary state directory, with the built-in agent.
 
     start `hyperhive agent` (runtime acp, agent `hyperhive demo-agent`) ─ wait for harness.sock
-    ─ follow `hyperhive tail -f` ─ `hyperhive send` a message ─ wait for the agent's reply in the outbox
-    ─ print the outbox ─ `hyperhive send` a task to delegate ─ wait for the sub-agent's answer relayed
-    to the outbox ─ print those entries and `hyperhive subagents` ─ SIGTERM the service (it exits 0;
-    the tail ends with it)
+    ─ follow `hyperhive tail -f` (and `outbox -f`) ─ `hyperhive send` a message ─ wait for the agent's
+    reply in the outbox ─ print the outbox ─ `hyperhive send` a task to delegate ─ wait for the
+    sub-agent's answer relayed to the outbox ─ print those entries and `hyperhive subagents` ─ SIGTERM
+    the service (it exits 0; the tail ends with it)
 
 It drives the service only through the operator CLI, as a user would. Every process it starts runs in its
 own process group and is stopped on every path (TERM, a grace, KILL), so a failure leaves nothing running;
@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -163,6 +163,12 @@ def _echo(text: str = "", *, err: bool = False) -> None:
 
 async def _show(stream: anyio.abc.ByteReceiveStream | None, prefix: str) -> None:
     """Print a child's output line by line, each line prefixed."""
+    async for line in _lines(stream):
+        _echo(prefix + line)
+
+
+async def _lines(stream: anyio.abc.ByteReceiveStream | None) -> AsyncIterator[str]:
+    """A child's output, line by line, until it closes."""
     if stream is None:
         return
     pending = ""
@@ -170,9 +176,9 @@ async def _show(stream: anyio.abc.ByteReceiveStream | None, prefix: str) -> None
         async for chunk in TextReceiveStream(stream, errors="replace"):
             *lines, pending = (pending + chunk).split("\n")
             for line in lines:
-                _echo(prefix + line)
+                yield line
     if pending:
-        _echo(prefix + pending)
+        yield pending
 
 
 async def _cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -208,16 +214,46 @@ async def _wait_for_subscriber(env: Mapping[str, str], *, within: float) -> None
             await anyio.sleep(POLL)
 
 
-async def wait_for_reply(env: Mapping[str, str], *, within: float, after: int = 0, saying: str = "") -> dict[str, Any]:
-    """The first outbox entry from the agent after entry `after` whose body has `saying` in it, polling
-    `hyperhive outbox --json`."""
-    with anyio.move_on_after(within):
-        while True:
-            for entry in await _json_lines(env, "outbox", "--json"):
-                if entry.get("source") == "agent" and entry.get("id", 0) > after and saying in entry.get("body", ""):
-                    return entry
-            await anyio.sleep(POLL)
-    raise DemoFailed(f"the agent did not reply{f' {saying!r}' if saying else ''} within {within:g} s")
+class Replies:
+    """The agent's replies as `hyperhive outbox -f --json` prints them, the moment each is stored (a poll
+    would start an operator command again and again: a second each on a busy machine)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.ended = False
+        self._changed = anyio.Event()
+
+    async def read(self, stream: anyio.abc.ByteReceiveStream | None) -> None:
+        try:
+            async for line in _lines(stream):
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if isinstance(entry, dict):
+                        self.entries.append(entry)
+                        self._ping()
+        finally:
+            self.ended = True
+            self._ping()
+
+    def _ping(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, *, within: float, after: int = 0, saying: str = "") -> dict[str, Any]:
+        """The first reply of the agent after outbox entry `after` with `saying` in its body."""
+        with anyio.move_on_after(within):
+            while True:
+                for entry in self.entries:
+                    if (
+                        entry.get("source") == "agent"
+                        and entry.get("id", 0) > after
+                        and saying in entry.get("body", "")
+                    ):
+                        return entry
+                if self.ended:
+                    raise DemoFailed("`hyperhive outbox -f` ended before the agent replied")
+                await self._changed.wait()
+        raise DemoFailed(f"the agent did not reply{f' {saying!r}' if saying else ''} within {within:g} s")
 
 
 async def _wait_idle(env: Mapping[str, str], *, within: float) -> None:
@@ -235,12 +271,30 @@ async def _wait_idle(env: Mapping[str, str], *, within: float) -> None:
             await anyio.sleep(POLL)
 
 
-async def _show_cli(env: Mapping[str, str], *args: str) -> None:
-    """Run an operator command and print what it printed, indented."""
-    done = await _cli(env, *args)
-    if done.returncode != 0:
-        raise _cli_failed(args, done)
-    _echo("\n".join(PREFIX + line for line in done.stdout.decode(errors="replace").splitlines()))
+async def _show_cli(env: Mapping[str, str], *commands: tuple[str, Sequence[str]]) -> None:
+    """Run operator commands at once (each takes a while to start on a busy machine), and meanwhile let the
+    turns finish (so the stream shows their ends first); then print each one's title and what it printed,
+    indented, in order."""
+    done: dict[int, subprocess.CompletedProcess[bytes] | DemoFailed] = {}
+
+    async def one(i: int, args: Sequence[str]) -> None:
+        try:
+            done[i] = await _cli(env, *args)
+        except DemoFailed as exc:  # raised after the group, which would wrap it
+            done[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _wait_idle(env, within=5.0))
+        for i, (_, args) in enumerate(commands):
+            tg.start_soon(one, i, args)
+    for i, (title, args) in enumerate(commands):
+        result = done[i]
+        if isinstance(result, DemoFailed):
+            raise result
+        if result.returncode != 0:
+            raise _cli_failed(args, result)
+        _echo(title)
+        _echo("\n".join(PREFIX + line for line in result.stdout.decode(errors="replace").splitlines()))
 
 
 async def _send(env: Mapping[str, str], message: str) -> None:
@@ -345,19 +399,29 @@ async def _steps(
     )
     tg.start_soon(_show, tail.stdout, PREFIX)
     await _wait_for_subscriber(env, within=5.0)
+    # Its first subscription catches up from the store: no reply is missed, whenever it starts.
+    follower = await children.start(
+        hyperhive_argv("outbox", "-f", "--json", "-n", "0"),
+        env=env,
+        stdout="pipe",
+        stderr="devnull",
+        label="hyperhive outbox -f",
+    )
+    replies = Replies()
+    tg.start_soon(replies.read, follower.stdout)
     await _send(env, MESSAGE)
-    replied = await wait_for_reply(env, within=within)
-    await _wait_idle(env, within=5.0)
-    _echo("the agent replied; the outbox (hyperhive outbox):")
-    await _show_cli(env, "outbox")
+    replied = await replies.wait(within=within)
+    await _show_cli(env, ("the agent replied; the outbox (hyperhive outbox):", ["outbox"]))
     # A sub-agent: its events come tagged in the stream, its answers as wakes the agent relays.
     await _send(env, DELEGATE)
-    relayed = await wait_for_reply(env, within=within, after=replied["id"], saying=SUBAGENT_OUTPUT)
-    await _wait_idle(env, within=5.0)
-    _echo("the sub-agent answered, and the agent relayed it; the outbox's new entries:")
-    await _show_cli(env, "outbox", "-n", str(relayed["id"] - replied["id"]))
-    _echo("the sub-agents (hyperhive subagents):")
-    await _show_cli(env, "subagents")
+    relayed = await replies.wait(within=within, after=replied["id"], saying=SUBAGENT_OUTPUT)
+    await children.stop(follower, grace=children.grace)
+    new_entries = str(relayed["id"] - replied["id"])
+    await _show_cli(
+        env,
+        ("the sub-agent answered, and the agent relayed it; the outbox's new entries:", ["outbox", "-n", new_entries]),
+        ("the sub-agents (hyperhive subagents):", ["subagents"]),
+    )
     if keep:
         children.detach(service)
         await children.stop(tail, grace=children.grace)
