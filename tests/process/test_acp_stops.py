@@ -162,7 +162,7 @@ async def test_requests_and_notifications_without_progress_do_not_keep_the_watch
     async with acp_runtime(tmp_path, idle_timeout=0.5, cancel_grace=5) as h:
         started = time.monotonic()
         error, lines = await h.failing_turn(f"say:asking {directive}:30", IdleTimeout)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # what it guards against takes 30 s or more
         assert_failed_result(error, lines)
         assert len(h.calls("session/cancel")) == 1
     if directive == "permloop":
@@ -186,7 +186,7 @@ async def test_agent_dying_mid_turn_fails_the_turn_with_its_exit_code_and_stderr
         started = time.monotonic()
         # The grandchild keeps the agent's stdout open: the death must be seen all the same.
         error, lines = await h.failing_turn("say:partial crash", AgentExited)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # what it guards against takes 30 s or more
         assert error.data["exit_code"] == 3
         assert "fatal: fake crash" in error.data["stderr_tail"]
         assert_failed_result(error, lines)
@@ -211,7 +211,7 @@ async def test_agent_dying_while_an_escaped_grandchild_holds_its_pipes_fails_the
         try:
             started = time.monotonic()
             error, lines = await h.failing_turn("say:partial crash", AgentExited)
-            assert time.monotonic() - started < 10
+            assert time.monotonic() - started < 20  # what it guards against takes 30 s or more
             assert error.data["exit_code"] == 3
             assert_failed_result(error, lines)
             # Out of reach of the group kill, but found holding the agent's pipes, and killed.
@@ -244,7 +244,7 @@ async def test_a_line_that_is_not_json_rpc_is_a_protocol_error_with_an_excerpt(
     async with acp_runtime(tmp_path) as h:
         started = time.monotonic()
         error, lines = await h.failing_turn(directive, ProtocolError)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # what it guards against takes 30 s or more
         assert excerpt in error.message
         assert error.data["excerpt"] == excerpt
         assert_failed_result(error, lines)

@@ -194,7 +194,9 @@ class ForwardingServer:
     # --- forwarding ----------------------------------------------------------------------------------
 
     def _start(self, rid: RequestId, tool: ToolCall, limit: int) -> None:
-        call = ControlCall(self.socket, "tool", name=tool.name, arguments=tool.arguments, agent=self.agent)
+        # `agent` only for a sub-agent: the service's own agent's requests are as they always were.
+        whose = {"agent": self.agent} if self.agent else {}
+        call = ControlCall(self.socket, "tool", name=tool.name, arguments=tool.arguments, **whose)
         with self._changed:
             while self._busy >= limit:
                 if self._broken:
