@@ -10,7 +10,7 @@ import json
 import anyio
 import pytest
 
-from hyperhive.harness.live import QUEUE, QUEUE_BYTES, LiveFeed, Subscription
+from hyperhive.harness.live import QUEUE, QUEUE_BYTES, REPLAY, REPLAY_BYTES, LiveFeed, Subscription
 from hyperhive.runtime.stream import dump_line, line_from_dict
 
 pytestmark = pytest.mark.anyio
@@ -95,3 +95,67 @@ async def test_a_closed_subscription_leaves_the_feed() -> None:
     sub.close()
     feed.publish({"event": "state", "state": "idle"})
     assert feed.subscribers == 0 and await drain(sub) == []
+
+
+# -- replay (the web view's Last-Event-ID) -----------------------------------------------------------------
+
+
+async def test_a_follower_that_comes_back_gets_every_event_after_the_last_it_saw_then_the_new_ones() -> None:
+    feed = LiveFeed(replay=True)
+    for i in range(1, 6):
+        feed.publish({"event": "state", "state": str(i)})
+    sub = feed.subscribe(after=3)
+    assert not sub.gap and sub.next_seq == 4
+    feed.publish({"event": "state", "state": "6"})
+    assert [e["seq"] for e in await drain(sub)] == [4, 5, 6]
+
+
+async def test_a_follower_whose_events_are_no_longer_kept_is_told_of_the_gap_and_starts_from_now() -> None:
+    feed = LiveFeed(replay=True)
+    for i in range(REPLAY + 10):
+        feed.publish({"event": "state", "state": str(i)})
+    sub = feed.subscribe(after=5)
+    assert sub.gap and sub.next_seq == feed.seq + 1
+    assert await drain(sub) == []
+
+
+@pytest.mark.parametrize("after", [-1, 10**6])
+async def test_a_number_this_feed_never_gave_is_a_gap(after: int) -> None:
+    feed = LiveFeed(replay=True)
+    feed.publish({"event": "state", "state": "idle"})
+    assert feed.subscribe(after=after).gap
+
+
+async def test_a_feed_without_replay_keeps_nothing_and_a_returning_follower_learns_of_the_gap() -> None:
+    feed = LiveFeed()
+    feed.publish({"event": "state", "state": "idle"})
+    feed.publish({"event": "state", "state": "turn 1"})
+    assert feed.kept() == []
+    assert feed.subscribe(after=1).gap
+    assert not feed.subscribe(after=2).gap  # nothing was missed
+
+
+async def test_what_a_feed_keeps_is_bounded_in_bytes_as_a_followers_queue_is() -> None:
+    feed = LiveFeed(replay=True)
+    for i in range(20):
+        feed.publish({"event": "outbox", "id": i, "pad": "x" * BLOCK})
+    kept = feed.kept()
+    assert sum(map(len, kept)) <= REPLAY_BYTES and json.loads(kept[-1])["id"] == 19
+    sub = feed.subscribe(after=json.loads(kept[0])["seq"] - 1)  # everything kept fits a follower's queue
+    assert not sub.gap and len(await drain(sub)) == len(kept) and feed.subscribers == 1
+
+
+async def test_closing_a_subscription_ends_the_wait_of_its_reader() -> None:
+    feed = LiveFeed()
+    sub = feed.subscribe()
+    got: list[bytes] = []
+
+    async def read() -> None:
+        got.extend([line async for line in sub])
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(0.05)
+            sub.close()
+    assert got == [] and feed.subscribers == 0
