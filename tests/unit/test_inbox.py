@@ -21,7 +21,7 @@ from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.notify import Doorbell, SystemdNotifier
-from hyperhive.harness.records import Records
+from hyperhive.harness.records import Records, TurnEnd
 from hyperhive.harness.service import Service
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
@@ -172,3 +172,30 @@ async def test_a_wake_another_process_stored_without_a_ring_is_found_while_idle(
                     await anyio.sleep(0.01)
         other.store.close()
     assert found == [True] and doorbell.rings == 0
+
+
+async def test_each_change_to_an_agents_wakes_is_announced_once_for_the_web_view(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, _doorbell), collected(inbox.feed) as events:
+        await inbox.add_wake("operator", "hello")
+        reminder = await inbox.add_reminder(60, "later")
+        await inbox.cancel_reminder(reminder.id)
+        await inbox.cancel_reminder(reminder.id)  # no such pending reminder: nothing changed
+        inbox.wake_committed(3)  # a sub-agent's task ended
+    assert events == [{"event": "wake"}] * 3 + [{"event": "wake", "agent": 3}]
+
+
+async def test_history_is_read_a_page_at_a_time_newest_first(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (inbox, _doorbell):
+        records = Records(Store(tmp_path / "hyperhive.db"))
+        turns = [records.begin_turn([], 10) for _ in range(5)]
+        for t in turns:
+            records.end_turn(t, TurnEnd(outcome="answered", duration_ms=1000, cost_usd=0.5), deliver=[])
+        records.for_agent(2).begin_turn([], 10)  # a sub-agent's: not this agent's history
+        entries = [records.add_outbox("agent", f"reply {i}").id for i in range(5)]
+        page = await inbox.turns_before(None, 2)
+        assert [t.id for t in page] == turns[:-3:-1]
+        assert [t.id for t in await inbox.turns_before(page[-1].id, 10)] == turns[-3::-1]
+        assert [o.id for o in await inbox.outbox_before(entries[2], 10)] == entries[1::-1]
+        assert await inbox.totals() == (5, 5000, 2.5)
+        assert await inbox.for_agent(2).totals() == (1, 0, None)
+        records.store.close()

@@ -8,7 +8,8 @@ follow it, once per commit and only after it:
   whose wake the task engine writes in the task's own transaction (store/tasks.py: never one without the
   other), reaches it through the hook the engine is given (`TaskEngine(on_wake=inbox.wake_committed)`);
 - an outbox entry (a reply, the notice of wakes set aside) and a turn's start and end are announced on
-  the live feed (`outbox -f`, `tail -f`).
+  the live feed (`outbox -f`, `tail -f`), and so is every change to an agent's wakes (`wake`: stored, a
+  reminder cancelled, a task's end) and to a sub-agent's row (`subagent`), which the web view redraws.
 
 Each agent has its view (`for_agent`: the service's own is 0, a sub-agent's is its id): its wakes, turns
 and reminders, and a doorbell of its own, which only a wake owed to it rings. The views share the two
@@ -110,6 +111,11 @@ class Inbox:
         bell = self._doorbells.get(agent)
         if bell is not None:
             bell.ring()
+        self._announce_wakes(agent)
+
+    def _announce_wakes(self, agent: int) -> None:
+        """`agent`'s wakes changed (the web view redraws its queue; followers of the stream skip it)."""
+        self.feed.publish({"event": "wake"} | ({"agent": agent} if agent != MAIN_AGENT else {}))
 
     @classmethod
     async def open(cls, path: Path, *, feed: LiveFeed) -> Inbox:
@@ -168,25 +174,26 @@ class Inbox:
     async def add_wake(self, source: str, body: str, *, request_id: str | None = None) -> WakeRow:
         """Store a wake (idempotent under `request_id`) and ring the doorbell."""
         row = await self._write(self._writer.add_wake, source, body, request_id=request_id)
-        self.doorbell.ring()
+        self._ring(self.agent)
         return row
 
     async def add_reminder(self, after_secs: float, body: str) -> WakeRow:
         """A timer wake due in `after_secs`; the doorbell makes the loop re-arm its timer."""
         row = await self._write(self._writer.add_reminder, after_secs, body)
-        self.doorbell.ring()
+        self._ring(self.agent)
         return row
 
     async def cancel_reminder(self, wake_id: int) -> bool:
         cancelled = await self._write(self._writer.cancel_reminder, wake_id)
         if cancelled:
-            self.doorbell.ring()
+            self._ring(self.agent)
         return cancelled
 
     async def set_aside(self, wake_ids: list[int], reason: str) -> None:
         """Stop retrying these wakes; the outbox notice that says so is announced once, and a sub-agent's parent,
         told with a wake, is rung."""
         told = await self._write(self._writer.set_aside, wake_ids, reason)
+        self._announce_wakes(self.agent)
         if told.notice is not None:
             self.feed.publish({"event": "outbox", "id": told.notice})
         if told.parent is not None:
@@ -248,6 +255,14 @@ class Inbox:
         """The turns that carried some of these wakes and ended unanswered, with what they did (records.py)."""
         return await self._read(self._reader.cut_turns, wake_ids, since=since)
 
+    async def turns_before(self, before: int | None, limit: int) -> list[TurnRow]:
+        """One page of this agent's turns, newest first (records.py)."""
+        return await self._read(self._reader.turns_before, before, limit)
+
+    async def totals(self) -> tuple[int, int, float | None]:
+        """This agent's turns in all: how many, their time (ms), their cost."""
+        return await self._read(self._reader.totals)
+
     async def interrupt_running_turns(self) -> int:
         return await self._write(self._writer.interrupt_running_turns)
 
@@ -255,13 +270,19 @@ class Inbox:
 
     async def create_subagent(self, **fields: object) -> SubagentRow:
         """A new sub-agent of this agent and the wake with its first prompt (rung once its loop runs)."""
-        return await self._write(lambda: SubagentTable(self._writer.store).create(parent=self.agent, **fields))  # type: ignore[arg-type]
+        row = await self._write(lambda: SubagentTable(self._writer.store).create(parent=self.agent, **fields))  # type: ignore[arg-type]
+        self._announce_subagent(row.id)
+        return row
 
     async def message_subagent(self, subagent_id: int, body: str) -> SubagentRow | None:
         row = await self._write(SubagentTable(self._writer.store).message, subagent_id, body)
         if row is not None:
             self._ring(subagent_id)
+            self._announce_subagent(subagent_id)
         return row
+
+    def _announce_subagent(self, subagent_id: int) -> None:
+        self.feed.publish({"event": "subagent", "id": subagent_id})
 
     async def end_subagent(self, subagent_id: int, state: SubagentState, error: str, parent_wake: str | None) -> bool:
         """End a sub-agent for good; its parent's wake (if any) rings the parent's loop."""
@@ -270,6 +291,8 @@ class Inbox:
         ended = await self._write(table.end, subagent_id, state, error, parent_wake)
         if ended and parent_wake is not None and row is not None:
             self._ring(row.parent)
+        if ended:
+            self._announce_subagent(subagent_id)
         return ended
 
     async def subagent(self, subagent_id: int) -> SubagentRow | None:
@@ -294,6 +317,10 @@ class Inbox:
         row = await self._write(self._writer.add_outbox, source, body, turn_id)
         self.feed.publish({"event": "outbox", "id": row.id})
         return row
+
+    async def outbox_before(self, before: int | None, limit: int) -> list[OutboxRow]:
+        """One page of the outbox, newest first."""
+        return await self._read(self._reader.outbox_before, before, limit)
 
     # -- status --------------------------------------------------------------------------------------
 

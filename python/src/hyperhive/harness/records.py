@@ -253,6 +253,22 @@ class Records:
         (n,) = self.store.one("SELECT COUNT(*) FROM turns WHERE agent = ?", (self.agent,))
         return int(n)
 
+    def turns_before(self, before: int | None, limit: int) -> list[TurnRow]:
+        """This agent's turns with id < `before` (every one when None), newest first, at most `limit`: one
+        page of the history, read by the primary key whatever its length."""
+        rows = self.db.execute(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE agent = ? AND id < ? ORDER BY id DESC LIMIT ?",
+            (self.agent, before if before is not None else 1 << 62, limit),
+        ).fetchall()
+        return [TurnRow(**dict(zip(TurnRow.__dataclass_fields__, row, strict=True))) for row in rows]
+
+    def totals(self) -> tuple[int, int, float | None]:
+        """This agent's turns in all: how many, their time (ms) and their cost (None when none was told)."""
+        n, busy, cost = self.store.one(
+            "SELECT COUNT(*), COALESCE(SUM(duration_ms), 0), SUM(cost_usd) FROM turns WHERE agent = ?", (self.agent,)
+        )
+        return int(n), int(busy), None if cost is None else float(cost)
+
     # -- outbox --------------------------------------------------------------------------------------
 
     def add_outbox(self, source: str, body: str, turn_id: int | None = None) -> OutboxRow:
@@ -267,6 +283,14 @@ class Records:
         """Outbox entries with id > `after`, oldest first."""
         rows = self.db.execute(
             f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+        ).fetchall()
+        return [OutboxRow(*r) for r in rows]
+
+    def outbox_before(self, before: int | None, limit: int) -> list[OutboxRow]:
+        """Entries with id < `before` (every one when None), newest first, at most `limit`."""
+        rows = self.db.execute(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id < ? ORDER BY id DESC LIMIT ?",
+            (before if before is not None else 1 << 62, limit),
         ).fetchall()
         return [OutboxRow(*r) for r in rows]
 
