@@ -311,6 +311,32 @@ async def test_stop_interrupts_the_turn_in_flight_and_gives_its_wake_back_its_at
     assert row.delivered_at is None and row.attempts == 0  # carried again at the next start, at no cost
 
 
+async def test_a_turn_the_operator_cancels_sets_its_wakes_aside_and_the_next_wake_goes_on_without_backoff(
+    tmp_path: Path,
+) -> None:
+    runtime = FakeRuntime()
+    runtime.hang = True
+    slow = LoopPolicy(backoff_base=30, backoff_cap=30)  # a failure's backoff would hold the next turn 30 s
+    async with running_loop(tmp_path, runtime, slow) as (loop, records):
+        assert loop.cancel_turn() is None  # no turn in flight
+        wake = records.add_wake("operator", "a long job")
+        loop.inbox.wake_committed()
+        with anyio.fail_after(5):
+            await runtime.started.wait()
+        turn = loop.current_turn
+        assert turn is not None and loop.cancel_turn() == turn
+        await until(lambda: WakeTable(records.store).get(wake.id).set_aside_at is not None)
+        (notice,) = records.outbox_tail(5)
+        assert f"the operator cancelled turn {turn}" in notice.body and str(wake.id) in notice.body
+        runtime.hang = False
+        after = records.add_wake("operator", "next")
+        loop.inbox.wake_committed()
+        await until(lambda: WakeTable(records.store).get(after.id).delivered_at is not None, within=5)
+        assert loop.failures == 0
+        ended = records.last_turn()
+        assert ended is not None and ended.wakes == [after.id]
+
+
 @pytest.mark.parametrize("can_compact", [True, False])
 async def test_a_nearly_full_context_is_compacted_or_else_archived(tmp_path: Path, can_compact: bool) -> None:
     runtime = FakeRuntime(

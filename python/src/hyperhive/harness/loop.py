@@ -21,7 +21,10 @@ Guarantees (docs/architecture.md, "The turn loop"):
 - a sub-agent's loop (harness/subagents.py) is this loop over the sub-agent's view of the inbox, with a
   `reporter`: what a turn's end tells the parent is written in the turn's own transaction, and a failed
   turn's wakes are set aside with it (the parent, told, decides); so only turns cut short by the service's
-  death are carried again, and wakes set aside after too many of those are told to the parent, not the outbox.
+  death are carried again, and wakes set aside after too many of those are told to the parent, not the outbox;
+- a turn the operator cancels (`cancel_turn`, the web view's button) is stopped through the runtime; its
+  wakes are set aside with a notice instead of carried again (the operator asked for that work to stop),
+  and it counts as no failure: the loop goes on with the next wakes at once.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class TurnLoop:
         self.failures = 0
         self.last_usage: tuple[int | None, int | None] = (None, None)
         self._stopping = False
+        self._cancelled: int | None = None  # the turn in flight, once the operator cancelled it
+        self._operator_cut = False  # the last turn ended so
         self._stop_event = anyio.Event()
         self._idle: anyio.CancelScope | None = None
         self._store_retry = STORE_RETRY_FIRST
@@ -124,6 +129,15 @@ class TurnLoop:
         if self._idle is not None:
             self._idle.cancel()
         return self.current_turn is not None and self.runtime.interrupt()
+
+    def cancel_turn(self) -> int | None:
+        """The operator stops the turn in flight: its id once its stop has begun, None when there is no
+        turn the runtime can stop yet (none in flight, or its agent still starting)."""
+        turn = self.current_turn
+        if turn is None or self._stopping or not self.runtime.interrupt():
+            return None
+        self._cancelled = turn
+        return turn
 
     def _set_state(self, state: str) -> None:
         self.state = state
@@ -176,7 +190,7 @@ class TurnLoop:
         if answered:
             self.failures = 0
             await self._maybe_compact()
-        else:
+        elif not self._operator_cut:  # a turn the operator cut short is no failure: no backoff
             self.failures += 1
             await self._back_off()
 
@@ -256,6 +270,11 @@ class TurnLoop:
         self.current_turn = None
         self.replies = None
         log.info("%sturn %d %s%s", who, turn_id, end.outcome, f": {end.error}" if end.error else "")
+        self._operator_cut = self._cancelled == turn_id and not answered and not self._stopping
+        self._cancelled = None
+        if self._operator_cut:
+            log.info("turn %d was cancelled by the operator: setting its wakes aside", turn_id)
+            await self.inbox.set_aside(prompt.wake_ids, f"the operator cancelled turn {turn_id}, which carried it")
         self.last_usage = (end.context_used, end.context_size)
         return answered
 
