@@ -394,3 +394,39 @@ async def test_a_body_larger_than_the_bound_gets_413_declared_or_streamed() -> N
             await stream.aclose()
     assert first.startswith(b"HTTP/1.1 413 ") and second.startswith(b"HTTP/1.1 413 ")
     assert served.app.seen == []
+
+
+async def test_a_streaming_app_hears_http_disconnect_once_the_client_is_gone() -> None:
+    """The web view's event stream writes until the browser goes: the server tells it so through `receive`
+    (it dropped the writes silently, and a stream to a closed tab wrote into the void until it stopped)."""
+    told = anyio.Event()
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()  # the (empty) body
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+
+        async def hear() -> None:
+            if (await receive())["type"] == "http.disconnect":
+                told.set()
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hear)
+            while True:
+                await send({"type": "http.response.body", "body": b"x" * 1024, "more_body": True})
+                await anyio.sleep(0.01)
+
+    listener = await listen()
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve_http, streaming, listener, Limits(send_timeout=0.5))
+        client = await anyio.connect_tcp("127.0.0.1", port)
+        await client.send(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        with anyio.fail_after(5):
+            assert (await client.receive(100)).startswith(b"HTTP/1.1 200 ")
+        raw = client.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        await client.aclose()  # a reset: the server's next writes fail
+        with anyio.fail_after(5):
+            await told.wait()
+        tg.cancel_scope.cancel()

@@ -4,7 +4,7 @@ scope built from its head, and the exchange through which the app reads the requ
 The `http` scope (spec 2.3) only; no lifespan (the caller runs what the app needs around `serve_http`), no
 websockets. The app gets the whole body in one `http.request` message (read before it is called), and
 `http.disconnect` once the answer is complete or the client is gone; nothing reads the socket while the app
-works on a request, so a client leaving mid-request is noticed at the answer.
+works on a request, so a client leaving mid-request is noticed at the answer (a streaming answer's writes).
 """
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ class Exchange:
         await conn.write(data)
         if not more:
             self.complete = True
+            self._over.set()
+        elif conn.lost:  # a streaming app hears the client is gone (it did not take a write): `receive` says so
             self._over.set()
 
 
