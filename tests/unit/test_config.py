@@ -180,3 +180,17 @@ def test_a_bad_acp_env_or_args_is_named_without_echoing_its_values() -> None:
             load_config({"HIVE_RUNTIME": "acp", "HIVE_ACP_COMMAND": "agent", "HIVE_ACP_ENV": raw, "HIVE_ACP_ARGS": raw})
         assert secret not in str(caught.value)
         assert {"HIVE_ACP_ENV", "HIVE_ACP_ARGS"} <= set(caught.value.problems)
+
+
+def test_the_web_view_is_off_unless_a_port_is_set_and_its_origin_is_checked(tmp_path: Path) -> None:
+    base = {"HIVE_WORKDIR": str(tmp_path)}
+    assert (load_config(base).web_port, load_config(base).web_origin) == (None, None)
+    assert load_config(base | {"HIVE_WEB_PORT": "0"}).web_port == 0  # a free port, written to web.json
+    proxied = load_config(base | {"HIVE_WEB_PORT": "8080", "HIVE_WEB_ORIGIN": "https://Agent.Example.com"})
+    assert (proxied.web_port, proxied.web_origin) == (8080, "https://agent.example.com")
+    with pytest.raises(ConfigError) as caught:
+        load_config(base | {"HIVE_WEB_PORT": "65536", "HIVE_WEB_ORIGIN": "https://example.com/hive"})
+    assert set(caught.value.problems) == {"HIVE_WEB_PORT", "HIVE_WEB_ORIGIN"}
+    with pytest.raises(ConfigError) as alone:
+        load_config(base | {"HIVE_WEB_ORIGIN": "https://example.com"})
+    assert "without HIVE_WEB_PORT" in alone.value.problems["HIVE_WEB_ORIGIN"]

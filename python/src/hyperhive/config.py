@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,10 @@ class Config:
     # Whose runtime this configures: 0, the service's own agent; otherwise a sub-agent's id (its session,
     # its claude MCP file and its bash server's tasks are its own).
     agent_id: int = 0
+    # The web view (harness/web/, docs/web.md): its port on 127.0.0.1 (None: not served; 0: one the kernel
+    # picks, recorded in web.json), and the origin a browser reaches it by through a reverse proxy.
+    web_port: int | None = None
+    web_origin: str | None = None
 
     @property
     def session_scope(self) -> str:
@@ -100,6 +105,10 @@ def _shape(value: object) -> str:
     return "a " + {"str": "string", "int": "number", "float": "number", "bool": "boolean"}.get(
         type(value).__name__, "null"
     )
+
+
+# What a browser sends as `Origin`: http(s), a host name or IPv4 address or bracketed IPv6, a port.
+_ORIGIN = re.compile(r"https?://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 
 
 class _Reader:
@@ -163,6 +172,28 @@ class _Reader:
             self.problems[name] = f"expected a whole number of at least {least}, got {raw!r}"
             return default
         return int(raw)
+
+    def port(self, name: str) -> int | None:
+        raw = self.get(name)
+        if raw is None:
+            return None
+        if not raw.isdigit() or int(raw) > 65535:
+            self.problems[name] = f"expected a TCP port (0 to 65535; 0 picks a free one), got {raw!r}"
+            return None
+        return int(raw)
+
+    def origin(self, name: str) -> str | None:
+        """A web origin as browsers send it: scheme, host and port if any, nothing more."""
+        raw = self.get(name)
+        if raw is None:
+            return None
+        if _ORIGIN.fullmatch(raw) is None:
+            self.problems[name] = (
+                f"expected an origin such as https://agent.example.com (scheme, host, optional port; no path), "
+                f"got {raw!r}"
+            )
+            return None
+        return raw.lower()
 
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)
@@ -266,6 +297,11 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         budget=r.seconds("HIVE_SUBAGENT_BUDGET", defaults.budget),
     )
 
+    web_port = r.port("HIVE_WEB_PORT")
+    web_origin = r.origin("HIVE_WEB_ORIGIN")
+    if web_origin is not None and web_port is None and "HIVE_WEB_ORIGIN" not in r.problems:
+        r.problems["HIVE_WEB_ORIGIN"] = "set without HIVE_WEB_PORT: the web view is not served"
+
     values: dict[str, object] = {
         "runtime": runtime,
         "acp_command": acp_command,
@@ -284,6 +320,8 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         "socket": Path(socket_raw) if socket_raw else None,
         "subagents": subagents,
         "subagent_limits": limits,
+        "web_port": web_port,
+        "web_origin": web_origin,
     }
     if values["runtime"] == "acp" and not values["acp_command"]:
         r.problems["HIVE_ACP_COMMAND"] = "required when HIVE_RUNTIME is 'acp': the ACP agent's executable"

@@ -8,6 +8,9 @@
       token                   0600  the bearer token of hyperhive's HTTP tools, kept across restarts
       http.json               0600  where those tools are served, while they are
       claude-mcp.json         0600  claude's `--mcp-config` (it carries that token)
+      web-token               0600  the web view's secret: its login cookies are signed with it (kept across
+                                    restarts; deleting it logs every browser out)
+      web.json                0600  where the web view is served, while it is
       harness/                0700
         bash-tasks/           0700  the task engine's `<id>.out` and `<id>.err`, 0600
         children/             0700  the process groups the service leads, a `<pid>` file each, 0600
@@ -35,6 +38,8 @@ SOCKET = "harness.sock"
 TOKEN = "token"
 ENDPOINT = "http.json"
 CLAUDE_MCP_CONFIG = "claude-mcp.json"
+WEB_TOKEN = "web-token"
+WEB_ENDPOINT = "web.json"
 HARNESS = "harness"
 TASKS = f"{HARNESS}/bash-tasks"
 CHILDREN = f"{HARNESS}/children"
@@ -69,6 +74,8 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(TOKEN, "file", FILE_MODE, "the HTTP tools' bearer token"),
     Entry(ENDPOINT, "file", FILE_MODE, "the HTTP tools' address"),
     Entry(CLAUDE_MCP_CONFIG, "file", FILE_MODE, "claude's MCP configuration"),
+    Entry(WEB_TOKEN, "file", FILE_MODE, "the web view's secret"),
+    Entry(WEB_ENDPOINT, "file", FILE_MODE, "the web view's address"),
     Entry(HARNESS, "dir", DIR_MODE, "the harness's folders"),
     Entry(TASKS, "dir", DIR_MODE, "the tasks' output"),
     Entry(f"{TASKS}/*.out", "file", FILE_MODE, "a task's stdout"),
@@ -144,6 +151,14 @@ class StateDir:
     @property
     def claude_mcp_config(self) -> Path:
         return self._at(CLAUDE_MCP_CONFIG)
+
+    @property
+    def web_token(self) -> Path:
+        return self._at(WEB_TOKEN)
+
+    @property
+    def web_endpoint(self) -> Path:
+        return self._at(WEB_ENDPOINT)
 
     @property
     def tasks(self) -> Path:
