@@ -1,0 +1,89 @@
+"""What the operator may do from the web view, each through the service's own object for it.
+
+Send (a wake from the operator, as `hyperhive send` stores it: the same checks, a request id so that a
+form posted twice stores one wake), cancel the turn in flight (the turn loop, through the runtime), kill a
+task (the task engine), cancel a sub-agent (`Subagents.cancel` as the operator) or a reminder (the inbox).
+Never a second path to the tables: each does what its owner does for the control socket and the tools.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hyperhive.control.send import OPERATOR, BadSend, check_send
+from hyperhive.errors import ToolFailure
+from hyperhive.harness.web.source import Parts
+
+log = logging.getLogger("hyperhive.harness.web")
+
+
+class Refused(Exception):
+    """The action cannot be done as asked: the page says why (`status`, `message`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def number(form: dict[str, str], name: str) -> int:
+    value = form.get(name, "")
+    if not value.isdigit() or len(value) > 18:
+        raise Refused(400, f"`{name}` must be a number")
+    return int(value)
+
+
+async def send(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    try:
+        message = check_send(form.get("body"), OPERATOR, form.get("request_id") or None)
+    except BadSend as exc:
+        raise Refused(400, exc.message) from exc
+    wake = await parts.inbox.add_wake(message.source, message.body, request_id=message.request_id)
+    log.info("web view: the operator sent wake %d", wake.id)
+    return "sent", wake.id
+
+
+async def cancel_turn(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    turn = number(form, "turn")
+    if parts.loop.current_turn != turn:
+        raise Refused(409, f"turn {turn} is not in flight any more")
+    if parts.loop.cancel_turn() != turn:
+        raise Refused(409, f"turn {turn} cannot be stopped yet (its agent is still starting); try again in a moment")
+    log.info("web view: the operator cancelled turn %d", turn)
+    return "cancelled", turn
+
+
+async def kill_task(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    task = number(form, "id")
+    try:
+        result = await parts.engine.kill(task)
+    except ToolFailure as exc:
+        raise Refused(409, exc.message) from exc
+    log.info("web view: the operator killed task %d", task)
+    return ("killed" if result.was_running else "ended"), task
+
+
+async def cancel_subagent(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    sid = number(form, "id")
+    try:
+        await parts.subagents.cancel(None, sid)
+    except ToolFailure as exc:
+        raise Refused(409, exc.message) from exc
+    return "subagent", sid
+
+
+async def cancel_reminder(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    wake = number(form, "id")
+    if not await parts.inbox.cancel_reminder(wake):
+        raise Refused(409, f"there is no pending reminder {wake} (delivered, cancelled, or not a reminder)")
+    log.info("web view: the operator cancelled reminder %d", wake)
+    return "reminder", wake
+
+
+ACTIONS = {
+    "/send": send,
+    "/cancel-turn": cancel_turn,
+    "/tasks/kill": kill_task,
+    "/subagents/cancel": cancel_subagent,
+    "/reminders/cancel": cancel_reminder,
+}

@@ -1,0 +1,282 @@
+"""The web view served by `hyperhive agent`: the ASGI app and its server on 127.0.0.1 (docs/web.md).
+
+Off unless configured (`HIVE_WEB_PORT`; 0 takes a port the kernel picks, written to `web.json`). It runs in
+the service's process and task group on the service's own HTTP server (harness/http_server.py: every phase
+of a request bounded, no tick while idle), behind its gate (web/gate.py: Host, Origin, the session cookie,
+from the head). Reached from elsewhere only through the operator's own tunnel or reverse proxy
+(`HIVE_WEB_ORIGIN` names the origin a proxy serves it under).
+
+Every answer carries a Content-Security-Policy that allows scripts, styles and connections of the view's
+own origin only (no inline script runs, whatever a page held), and is neither cached nor framed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import secrets
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+import anyio.abc
+
+from hyperhive.config import Config
+from hyperhive.errors import StartFailed
+from hyperhive.harness.http_asgi import Receive, Scope, Send
+from hyperhive.harness.http_limits import DEFAULT_LIMITS
+from hyperhive.harness.http_server import serve_http
+from hyperhive.harness.web import page
+from hyperhive.harness.web.actions import ACTIONS, Refused
+from hyperhive.harness.web.auth import CODE_SECONDS, WebAuth
+from hyperhive.harness.web.files import WebEndpoint, WebError, load_secret, remove_endpoint, write_endpoint
+from hyperhive.harness.web.gate import WebGate
+from hyperhive.harness.web.panels import CSRF, NAMES, outbox_items, turn_rows
+from hyperhive.harness.web.source import Panels, Parts, after_id, live_turns
+from hyperhive.harness.web.stream import LIFETIME, Streams
+
+log = logging.getLogger("hyperhive.harness.web")
+
+# A send's body may be 1 MiB of UTF-8 (control/send.py); a form encodes a character outside ASCII as up to
+# 12 bytes (%XX per byte): room for the 1 MiB of mostly ASCII, or about a third of it of other scripts.
+MAX_FORM = 3 << 20
+PAGE_ROWS = 50
+MAX_PAGE_ROWS = 1000
+# A stream's answer lasts up to its lifetime; every other answer is the service's own work, quick.
+WEB_LIMITS = replace(DEFAULT_LIMITS, answer_timeout=LIFETIME + 60, max_body=MAX_FORM)
+
+_POLICY = (
+    b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY = [
+    (b"content-security-policy", _POLICY),
+    (b"x-content-type-options", b"nosniff"),
+    # Not no-referrer: under it a browser sends `Origin: null` with a form's POST, and the gate checks Origin.
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+_HTML = (b"content-type", b"text/html; charset=utf-8")
+_STATIC_TYPES = {"js": b"text/javascript; charset=utf-8", "css": b"text/css; charset=utf-8"}
+
+
+def _static() -> dict[str, tuple[bytes, bytes]]:
+    files = importlib.resources.files("hyperhive.harness.web") / "static"
+    out = {}
+    for name in ("live.js", "login.js", "style.css"):
+        out[f"/static/{name}"] = ((files / name).read_bytes(), _STATIC_TYPES[name.rpartition(".")[2]])
+    return out
+
+
+@dataclass
+class Request:
+    scope: Scope
+    receive: Receive
+    send: Send
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return self.scope["headers"]  # type: ignore[no-any-return]
+
+    @property
+    def query(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.scope["query_string"].decode("latin-1")).items()}
+
+    async def form(self) -> dict[str, str]:
+        """The posted form (application/x-www-form-urlencoded, UTF-8), or Refused."""
+        message = await self.receive()
+        body = bytes(message.get("body", b""))
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Refused(400, "the form is not UTF-8") from exc
+        try:
+            fields = parse_qs(text, keep_blank_values=True, max_num_fields=16, strict_parsing=False)
+        except ValueError as exc:
+            raise Refused(400, "the form has too many fields") from exc
+        return {k: v[0] for k, v in fields.items()}
+
+    async def answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        head = [*SECURITY, *(headers if headers is not None else [_HTML]), (b"content-length", str(len(body)).encode())]
+        await self.send({"type": "http.response.start", "status": status, "headers": head})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def html(self, status: int, text: str, *extra: tuple[bytes, bytes]) -> None:
+        await self.answer(status, text.encode("utf-8", "surrogatepass"), [_HTML, *extra])
+
+    async def redirect(self, where: str, *extra: tuple[bytes, bytes]) -> None:
+        await self.answer(303, b"", [(b"location", where.encode()), *extra])
+
+
+class WebApp:
+    """The view's ASGI app: pages, the stream, the login and the operator's actions."""
+
+    def __init__(self, parts: Parts, auth: WebAuth, *, secure_hosts: set[str] | None = None) -> None:
+        self.parts = parts
+        self.auth = auth
+        self.panels = Panels(parts)
+        # No buffering by a proxy (nginx honours the header): each event must reach the page as it comes.
+        stream = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"x-accel-buffering", b"no")]
+        self.streams = Streams(parts, self.panels, [*SECURITY, *stream])
+        self.static = _static()
+        self._secure_hosts = {h.encode() for h in secure_hosts or ()}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive, send)
+        path, method = scope["path"], scope["method"]
+        if path == "/favicon.ico":
+            await request.answer(204, b"", [])
+            return
+        if path in self.static:
+            body, kind = self.static[path]
+            await request.answer(200, body, [(b"content-type", kind)])
+            return
+        if path == "/login":
+            await (self.login(request) if method == "POST" else request.html(200, page.login()))
+            return
+        sid = self.auth.session(request.headers)
+        if sid is None:  # the gate let nothing through without it: a cookie that expired in between
+            await request.answer(401, b"log in first\n", [(b"content-type", b"text/plain")])
+            return
+        csrf = self.auth.csrf(sid)
+        try:
+            if method == "POST":
+                await self.post(request, path, sid)
+            elif path == "/events":
+                await self.streams.serve(scope, receive, send, csrf)
+            elif path == "/":
+                await request.html(200, (await self.main(request)).replace(CSRF, csrf))
+            elif path == "/turns":
+                await request.html(200, (await self.turns(request)).replace(CSRF, csrf))
+            elif path == "/outbox":
+                await request.html(200, (await self.outbox(request)).replace(CSRF, csrf))
+        except Refused as exc:
+            await request.html(exc.status, page.problem(exc.status, exc.message).replace(CSRF, csrf))
+
+    # -- pages ---------------------------------------------------------------------------------------
+
+    async def main(self, request: Request) -> str:
+        seq, views = live_turns(self.parts)  # first: the page's stream goes on from these events
+        drawn = {name: await self.panels.get(name, after=seq) for name in NAMES}
+        query = request.query
+        return page.main(
+            events=f"/events?after={after_id(self.parts.feed, seq)}",
+            turns_html="".join(v.html for v in views),
+            panels=drawn,
+            request_id=f"web-{secrets.token_hex(12)}",
+            notice=page.note(query.get("done"), query.get("id")),
+        )
+
+    def _paging(self, request: Request) -> tuple[int | None, int]:
+        query = request.query
+        before = query.get("before", "")
+        n = query.get("n", "")
+        rows = min(int(n), MAX_PAGE_ROWS) if n.isdigit() and len(n) < 7 and int(n) > 0 else PAGE_ROWS
+        return (int(before) if before.isdigit() and len(before) < 19 else None), rows
+
+    async def turns(self, request: Request) -> str:
+        before, n = self._paging(request)
+        agent = request.query.get("agent", "0")
+        agent_id = int(agent) if agent.isdigit() and len(agent) < 19 else 0
+        rows = await self.parts.inbox.for_agent(agent_id).turns_before(before, n)
+        older = f"/turns?agent={agent_id}&before={rows[-1].id}&n={n}" if len(rows) == n else None
+        title = "Turns" if agent_id == 0 else f"Turns of sub-agent {agent_id}"
+        return page.listing("/turns", title, turn_rows(rows), older)
+
+    async def outbox(self, request: Request) -> str:
+        before, n = self._paging(request)
+        rows = await self.parts.inbox.outbox_before(before, n)
+        older = f"/outbox?before={rows[-1].id}&n={n}" if len(rows) == n else None
+        return page.listing("/outbox", "Outbox", outbox_items(rows), older)
+
+    # -- forms ---------------------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> None:
+        form = await request.form()
+        if not self.auth.redeem(form.get("code", "")):
+            log.warning("web view: a login with an unknown, used or expired code was refused")
+            again = "That code is unknown, used or expired: run `hyperhive web-login` again."
+            await request.html(403, page.login(again))
+            return
+        log.info("web view: a browser logged in")
+        cookie = self.auth.cookie(self.auth.new_session(), secure=self._secure(request))
+        await request.redirect("/", (b"set-cookie", cookie))
+
+    async def post(self, request: Request, path: str, sid: str) -> None:
+        form = await request.form()
+        if not self.auth.csrf_ok(sid, form.get("csrf", "")):
+            log.warning("web view: a form without this session's CSRF token was refused (%s)", path)
+            raise Refused(403, "this form is not one of this page's (its CSRF token is wrong): reload the page")
+        if path == "/logout":
+            self.auth.revoke(request.headers)
+            await request.redirect("/login", (b"set-cookie", self.auth.expired_cookie(secure=self._secure(request))))
+            return
+        done, number = await ACTIONS[path](self.parts, form)
+        await request.redirect(f"/?done={done}&id={number}")
+
+    def _secure(self, request: Request) -> bool:
+        """Reached through the proxy's https origin: the cookie is sent over https only."""
+        return any(n == b"host" and v.lower() in self._secure_hosts for n, v in request.headers)
+
+
+class WebView:
+    """The view as the service runs it: its secret, its login codes, its server (`serve`)."""
+
+    def __init__(self, config: Config, parts: Parts) -> None:
+        self.config = config
+        self.parts = parts
+        self.auth = WebAuth(load_secret(config.state_dir))
+        self.url: str | None = None
+
+    def login_link(self) -> dict[str, Any]:
+        """A one-time code and the link that carries it in its fragment (the control op `web_login`)."""
+        if self.url is None:
+            raise WebError("the web view is not serving yet")
+        code = self.auth.issue_code()
+        log.info("web view: a one-time login code was issued (good for %g s)", CODE_SECONDS)
+        return {"code": code, "url": f"{self.url}/login#code={code}", "expires_in": CODE_SECONDS}
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; reports the view's URL once it accepts connections (`tg.start`)."""
+        port = self.config.web_port or 0
+        try:
+            made = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port, backlog=128)
+            (listener,) = made.listeners
+        except OSError as exc:
+            # Not the state directory's fault (exit 1, not 3): another program holds the port, or it is not ours.
+            raise StartFailed(f"cannot listen on 127.0.0.1:{port} for the web view: {exc.strerror or exc}") from exc
+        assert isinstance(listener, anyio.abc.SocketListener)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+        origins = {f"http://{h}" for h in hosts}
+        secure: set[str] = set()
+        if self.config.web_origin is not None:
+            origins.add(self.config.web_origin)
+            proxied = self.config.web_origin.partition("://")[2]
+            hosts.add(proxied)
+            if self.config.web_origin.startswith("https://"):
+                secure.add(proxied)
+        app = WebApp(self.parts, self.auth, secure_hosts=secure)
+        url = f"http://127.0.0.1:{port}"
+        endpoint = WebEndpoint(url=url, pid=os.getpid())
+        try:
+            write_endpoint(self.config.state_dir, endpoint)
+            self.url = url
+            log.info("the web view at %s", url)
+            task_status.started(url)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve_http, app, listener, WEB_LIMITS, WebGate(self.auth, hosts, origins))
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    app.streams.close_all()  # at once, not after the server's grace for requests in flight
+        finally:
+            self.url = None
+            remove_endpoint(self.config.state_dir, endpoint)
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()

@@ -1,0 +1,91 @@
+"""What may reach the web view, judged from a request's head alone (harness/http_server.py's `admit`).
+
+In order: `Host` must name the view (127.0.0.1, localhost or [::1] with its port, or the host of the
+origin it is served under through a proxy: else 421, the DNS-rebinding check the tools make); an `Origin`,
+when sent, must be the view's (else 403: another site's page posting here); the path must be one of
+`ROUTES` with its method (404, 405); and every route but the login page and the static files needs the
+session cookie (web/auth.py): a page asked for without it is sent to /login (303), anything else is 401.
+A refused request's body is never read. CSRF tokens are checked by the app, once the form is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hyperhive.harness.http_asgi import Scope
+from hyperhive.harness.http_limits import Refusal
+from hyperhive.harness.web.auth import WebAuth
+
+_TEXT = (b"content-type", b"text/plain; charset=utf-8")
+# A login form holds a code of 32 characters and its field name.
+MAX_LOGIN_BODY = 4096
+
+
+@dataclass(frozen=True)
+class Route:
+    methods: tuple[str, ...]
+    public: bool = False  # served without the session cookie
+    page: bool = False  # a page a browser navigates to: without the cookie, sent to /login
+
+
+ROUTES: dict[str, Route] = {
+    "/": Route(("GET",), page=True),
+    "/turns": Route(("GET",), page=True),
+    "/outbox": Route(("GET",), page=True),
+    "/events": Route(("GET",)),
+    "/login": Route(("GET", "POST"), public=True),
+    "/logout": Route(("POST",)),
+    "/send": Route(("POST",)),
+    "/cancel-turn": Route(("POST",)),
+    "/tasks/kill": Route(("POST",)),
+    "/subagents/cancel": Route(("POST",)),
+    "/reminders/cancel": Route(("POST",)),
+    "/static/live.js": Route(("GET",), public=True),
+    "/static/login.js": Route(("GET",), public=True),
+    "/static/style.css": Route(("GET",), public=True),
+    "/favicon.ico": Route(("GET",), public=True),
+}
+
+
+def _refusal(status: int, text: str, *headers: tuple[bytes, bytes]) -> Refusal:
+    return Refusal(status, text.encode(), (_TEXT, *headers))
+
+
+class WebGate:
+    """The view's admission: `hosts` are the `Host` values it answers to, `origins` the `Origin` values
+    it takes requests from (each as a browser writes it, lowercased)."""
+
+    def __init__(self, auth: WebAuth, hosts: set[str], origins: set[str]) -> None:
+        self.auth = auth
+        self.hosts = {h.encode("ascii") for h in hosts}
+        self.origins = {o.encode("ascii") for o in origins}
+
+    def __call__(self, scope: Scope) -> Refusal | None:
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        hosts = [v.lower() for n, v in headers if n == b"host"]
+        if len(hosts) != 1 or hosts[0] not in self.hosts:
+            return _refusal(421, "this is hyperhive's web view: reach it by the address it serves at\n")
+        origins = [v.lower() for n, v in headers if n == b"origin"]
+        if len(origins) > 1 or (origins and origins[0] not in self.origins):
+            return _refusal(403, "requests from other origins are refused\n")
+        route = ROUTES.get(scope["path"])
+        if route is None:
+            return _refusal(404, "not found\n")
+        if scope["method"] not in route.methods:
+            return _refusal(405, "method not allowed\n", (b"allow", ", ".join(route.methods).encode()))
+        if route.public:
+            if scope["path"] == "/login" and _declared(headers) > MAX_LOGIN_BODY:
+                return _refusal(413, "a login form is a code, not more\n")
+            return None
+        if self.auth.session(headers) is None:
+            if route.page:
+                return _refusal(303, "log in first: /login\n", (b"location", b"/login"))
+            return _refusal(401, "log in first: run `hyperhive web-login` and open its link\n")
+        return None
+
+
+def _declared(headers: list[tuple[bytes, bytes]]) -> int:
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit():
+            return int(value)
+    return 0

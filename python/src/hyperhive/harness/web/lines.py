@@ -1,0 +1,290 @@
+"""Turns as the web view shows them: each turn an article, its stream lines rendered as `tail` renders them.
+
+The same rules as the terminal's renderer (runtime/render.py): the agent's text, its thinking (collapsed),
+each tool call with its input and, once it came, its result; the turn's end. Every text of the agent's or
+of a tool's is escaped (`esc`: its control characters spelled out by visible.py, then HTML-escaped), and
+none of it is ever put in an attribute but a fixed id made here: a `<script>` or a `javascript:` link is
+shown as text. What a page holds of one block is bounded (`TEXT_CHARS`, ...); the transcript has it whole.
+
+Two uses, one rendering: `ops` turns one event of the live feed into what an open page must change
+(`append` into an element, `replace` an element; web/static/live.js applies them), and `TurnView` keeps
+the turns of the events a feed still holds, to draw them whole when a page is loaded or a follower comes
+back after a gap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyperhive.runtime.render import render_line, shorten
+from hyperhive.runtime.stream import (
+    AssistantLine,
+    ResultLine,
+    StreamLine,
+    SystemLine,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserLine,
+    line_from_dict,
+)
+from hyperhive.visible import visible
+
+# What one block may show on a page: a text block may hold 1 Mi characters (runtime/acp/translate.py).
+TEXT_CHARS = 64 * 1024
+TOOL_INPUT_CHARS = 4000
+RESULT_CHARS = 8000
+SUMMARY_CHARS = 160
+# Turns a page keeps: those in flight and the last ones before them.
+KEEP_TURNS = 6
+LIVE = "live-turns"  # the element turns are appended to
+
+
+def esc(text: str) -> str:
+    """Text from outside as HTML text: control characters spelled out, then `<`, `>`, `&` and quotes escaped."""
+    return html.escape(visible(text), quote=True)
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` escaped, at most `limit` characters of it, saying how much was left out."""
+    if len(text) <= limit:
+        return esc(text)
+    left = f"[… {len(text) - limit} more characters: the transcript has them]"
+    return f'{esc(text[:limit])}<span class="cut">{left}</span>'
+
+
+def tool_key(turn: int, tool_use_id: str) -> str:
+    """An element id for a tool call (its id is the agent's text: never put in the page as is)."""
+    return "tool-" + hashlib.sha256(f"{turn}:{tool_use_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def who(agent: int) -> str:
+    return "agent" if agent == 0 else f"sub-agent {agent}"
+
+
+# -- one stream line ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Block:
+    """A piece of a turn: appended to its lines."""
+
+    html: str
+
+
+@dataclass
+class Tool:
+    """A tool call: its input (collapsed), and its results once they come (`Result` with its key)."""
+
+    key: str
+    head: str
+    results: list[str] = field(default_factory=list)
+
+    @property
+    def html(self) -> str:
+        out = f'<div id="{self.key}-out">{"".join(self.results)}</div>'
+        return f'<div class="tool" id="{self.key}"><details>{self.head}</details>{out}</div>'
+
+
+@dataclass
+class Result:
+    key: str
+    html: str
+
+
+Item = Block | Tool | Result
+
+
+def items(turn: int, line: StreamLine) -> list[Item]:
+    """What one stream line adds to its turn."""
+    if isinstance(line, AssistantLine):
+        return [_assistant_block(turn, b) for b in line.message.content if _shown(b)]
+    if isinstance(line, UserLine):
+        return _user(turn, line)
+    if isinstance(line, SystemLine | ResultLine):
+        kind = "end" if isinstance(line, ResultLine) else "system"
+        return [Block(f'<div class="{kind}">{esc(text)}</div>') for text in render_line(line, color=False)]
+    return []
+
+
+def _shown(block: object) -> bool:
+    if isinstance(block, TextBlock):
+        return bool(block.text.strip())
+    if isinstance(block, ThinkingBlock):
+        return bool(block.thinking.strip())
+    return True
+
+
+def _assistant_block(turn: int, block: object) -> Item:
+    if isinstance(block, TextBlock):
+        return Block(f'<div class="text">{bounded(block.text.strip(chr(10)), TEXT_CHARS)}</div>')
+    if isinstance(block, ThinkingBlock):
+        first = shorten(block.thinking.strip().splitlines()[0], SUMMARY_CHARS)
+        return Block(
+            f'<details class="thinking"><summary>thinking: {esc(first)}</summary>'
+            f'<div class="text">{bounded(block.thinking.strip(), TEXT_CHARS)}</div></details>'
+        )
+    if isinstance(block, ToolUseBlock):
+        args = json.dumps(block.input, ensure_ascii=False)
+        pretty = json.dumps(block.input, ensure_ascii=False, indent=1)
+        head = (
+            f'<summary><span class="call">» {esc(block.name)}</span> {esc(shorten(args, SUMMARY_CHARS))}</summary>'
+            f'<pre class="input">{bounded(pretty, TOOL_INPUT_CHARS)}</pre>'
+        )
+        return Tool(tool_key(turn, block.id), head)
+    kind = getattr(block, "type", "?")
+    return Block(f'<div class="system">» [{esc(str(kind))}]</div>')
+
+
+def _user(turn: int, line: UserLine) -> list[Item]:
+    content = line.message.content
+    if isinstance(content, str):
+        said = content.strip()
+        return [Block(f'<div class="system">« {esc(shorten(said, SUMMARY_CHARS))}</div>')] if said else []
+    out: list[Item] = []
+    for block in content:
+        if isinstance(block, ToolResultBlock):
+            text = _result_text(block.content)
+            kind = "error" if block.is_error else "result"
+            shown = f'<pre class="{kind}">« {kind}: {bounded(text, RESULT_CHARS)}</pre>'
+            out.append(Result(tool_key(turn, block.tool_use_id), shown))
+        elif isinstance(block, TextBlock) and block.text.strip():
+            out.append(Block(f'<div class="system">« {esc(shorten(block.text.strip(), SUMMARY_CHARS))}</div>'))
+    return out
+
+
+def _result_text(content: str | list[dict[str, Any]]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(b.get("text", "")) if b.get("type") == "text" else f"[{b.get('type')}]" for b in content)
+
+
+# -- a turn ------------------------------------------------------------------------------------------------
+
+
+def badge(turn: int, outcome: str, error: str | None = None) -> str:
+    """How a turn stands (`running` until its end): replaced in place when it ends."""
+    why = f' <span class="why">{esc(shorten(error, 400))}</span>' if error else ""
+    return f'<span class="badge {esc(outcome)}" id="turn-{turn}-badge">{esc(outcome)}{why}</span>'
+
+
+def head(turn: int, agent: int, wakes: Iterable[dict[str, Any]], outcome: str, error: str | None = None) -> str:
+    carried = ", ".join(f"{esc(str(w.get('id')))} from {esc(str(w.get('from')))}" for w in wakes)
+    return (
+        f'<header class="head">{badge(turn, outcome, error)} turn {turn} · {who(agent)}'
+        f"{' · wakes ' + carried if carried else ''}</header>"
+    )
+
+
+@dataclass
+class TurnView:
+    """One turn as a page draws it whole: from the events a feed holds (`cut`: its start is not held)."""
+
+    turn: int
+    agent: int = 0
+    wakes: list[dict[str, Any]] = field(default_factory=list)
+    outcome: str = "running"
+    error: str | None = None
+    cut: bool = False
+    parts: list[Block | Tool] = field(default_factory=list)
+
+    def add(self, item: Item) -> None:
+        if isinstance(item, Result):
+            tool = next((p for p in reversed(self.parts) if isinstance(p, Tool) and p.key == item.key), None)
+            if tool is not None:
+                tool.results.append(item.html)
+                return
+            item = Block(item.html)
+        self.parts.append(item)
+
+    @property
+    def html(self) -> str:
+        wakes = self.wakes
+        note = (
+            '<div class="system">[the start of this turn is no longer held here: `hyperhive tail` shows it from '
+            "the transcript]</div>"
+            if self.cut
+            else ""
+        )
+        lines = note + "".join(p.html for p in self.parts)
+        top = head(self.turn, self.agent, wakes, self.outcome, self.error)
+        return (
+            f'<article class="turn" id="turn-{self.turn}">{top}'
+            f'<div class="lines" id="turn-{self.turn}-lines">{lines}</div></article>'
+        )
+
+
+def agent_of(event: dict[str, Any]) -> int:
+    """Whose an event is: 0 for the service's agent, else a sub-agent's id."""
+    agent = event.get("agent", 0)
+    return agent if isinstance(agent, int) and not isinstance(agent, bool) else 0
+
+
+def parse_line(event: dict[str, Any]) -> StreamLine | None:
+    try:
+        return line_from_dict(event["line"])
+    except Exception:  # a line the page cannot show must not end the stream
+        return None
+
+
+def turns_of(events: Iterable[dict[str, Any]], running: dict[int, int]) -> list[TurnView]:
+    """The last `KEEP_TURNS` turns these events (oldest first) tell of, and the `running` ones (turn → agent)
+    whose start they no longer hold, oldest first."""
+    views: dict[int, TurnView] = {}
+    for event in events:
+        turn = event.get("turn")
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            continue
+        agent = agent_of(event)
+        kind = event.get("event")
+        if kind == "turn_start":
+            views[turn] = TurnView(turn, agent, list(event.get("wakes") or []))
+            continue
+        view = views.get(turn)
+        if view is None:
+            view = views[turn] = TurnView(turn, agent, cut=True)
+        if kind == "line":
+            line = parse_line(event)
+            for item in items(turn, line) if line is not None else []:
+                view.add(item)
+        elif kind == "turn_end":
+            view.outcome = str(event.get("outcome"))
+            error = event.get("error")
+            view.error = error if isinstance(error, str) else None
+    for turn, agent in running.items():
+        if turn not in views:
+            views[turn] = TurnView(turn, agent, cut=True)
+    shown = sorted(views)[-KEEP_TURNS:]
+    return [views[t] for t in shown]
+
+
+def ops(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """What an open page changes for one event of the feed (none for events only panels show)."""
+    kind = event.get("event")
+    turn = event.get("turn")
+    if not isinstance(turn, int) or isinstance(turn, bool):
+        return []
+    agent = agent_of(event)
+    if kind == "turn_start":
+        view = TurnView(turn, agent, list(event.get("wakes") or []))
+        return [{"op": "append", "to": [LIVE], "html": view.html, "keep": KEEP_TURNS}]
+    if kind == "turn_end":
+        outcome, error = str(event.get("outcome")), event.get("error")
+        error = error if isinstance(error, str) else None
+        return [{"op": "replace", "id": f"turn-{turn}-badge", "html": badge(turn, outcome, error)}]
+    if kind != "line":
+        return []
+    line = parse_line(event)
+    out: list[dict[str, Any]] = []
+    for item in items(turn, line) if line is not None else []:
+        if isinstance(item, Result):
+            out.append({"op": "append", "to": [f"{item.key}-out", f"turn-{turn}-lines"], "html": item.html})
+        else:
+            out.append({"op": "append", "to": [f"turn-{turn}-lines"], "html": item.html})
+    return out

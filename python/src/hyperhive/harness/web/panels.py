@@ -1,0 +1,253 @@
+"""The panels of the web view, drawn from what the service's objects say: pure functions of their data.
+
+Each panel is one element (`panel-<name>`) that a page replaces whole when the live feed says it changed
+(web/stream.py): the agent's status, its wake queue and reminders, the background tasks with their output
+tails, the sub-agents as a tree, the outbox, the last turns. Every text from the agent, a task or a wake is
+escaped (lines.esc); forms carry the CSRF token as `CSRF`, a mark no escaped text can hold (visible.py
+spells out NUL), which each page's own token replaces as it is sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyperhive.harness.records import OutboxRow, TurnRow
+from hyperhive.harness.web.lines import esc, who
+from hyperhive.runtime.render import shorten
+from hyperhive.store.subagents import SubagentRow
+from hyperhive.store.wakes import QueueCounts, WakeRow
+from hyperhive.tasks.output import last_lines
+from hyperhive.tasks.views import TaskView
+
+CSRF = "\x00csrf\x00"
+NAMES = ("status", "queue", "tasks", "subagents", "outbox", "turns")
+BODY_CHARS = 400  # of a wake's or a reply's text in a list
+TAIL_LINES = 12
+
+
+def when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
+def clock(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%H:%M:%SZ", time.gmtime(t))
+
+
+def secs(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.1f} s"
+
+
+def context(used: int | None, size: int | None) -> str:
+    if not used:
+        return "-"
+    return f"{used} of {size} ({100 * used // size}%)" if size else str(used)
+
+
+def cost(usd: float | None) -> str:
+    return "-" if usd is None else f"${usd:.4f}"
+
+
+def badge(state: str) -> str:
+    """A state as a badge; its class is one of ours (a loop's state is a sentence: `turn 12`, `backing off …`)."""
+    first = state.split(" ", 1)[0]
+    kind = "running" if first == "turn" else first if first.replace("_", "").isalpha() and first.islower() else "other"
+    return f'<span class="badge {kind}">{esc(state)}</span>'
+
+
+def form(action: str, label: str, fields: Mapping[str, object] | None = None, *, cls: str = "") -> str:
+    """A POST form of one button; its values are ours (ids), still escaped."""
+    hidden = "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(str(v))}">' for k, v in (fields or {}).items())
+    return (
+        f'<form method="post" action="{action}" class="inline {cls}">'
+        f'<input type="hidden" name="csrf" value="{CSRF}">{hidden}<button type="submit">{esc(label)}</button></form>'
+    )
+
+
+def panel(name: str, title: str, body: str) -> str:
+    return f'<section class="panel" id="panel-{name}"><h2>{esc(title)}</h2>{body}</section>'
+
+
+# -- status ------------------------------------------------------------------------------------------------
+
+
+def status(doc: Mapping[str, Any], turn: int | None) -> str:
+    """The service's own line: state, runtime, session, context, queue, tasks, turns; cancel the turn."""
+    queue = doc.get("queue") or {}
+    ctx = doc.get("context") or {}
+    service = doc.get("service") or {}
+    facts = [
+        ("state", str(doc.get("state"))),
+        ("runtime", str(doc.get("runtime"))),
+        ("session", shorten(str(doc.get("session") or "-"), 20)),
+        ("context", context(ctx.get("used"), ctx.get("size"))),
+        ("waiting", str(queue.get("waiting", 0))),
+        ("scheduled", str(queue.get("scheduled", 0))),
+        ("set aside", str(queue.get("set_aside", 0))),
+        ("tasks running", str(len(doc.get("tasks") or []))),
+        ("turns", str(doc.get("turns", 0))),
+        ("up", f"{service.get('up_secs', 0)} s"),
+    ]
+    dl = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in facts)
+    cancel = form("/cancel-turn", f"Cancel turn {turn}", {"turn": turn}, cls="danger") if turn is not None else ""
+    return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}')
+
+
+# -- the wake queue ----------------------------------------------------------------------------------------
+
+
+def queue(waiting: list[WakeRow], reminders: list[WakeRow], counts: QueueCounts) -> str:
+    now = time.time()
+    rows = [
+        f'<li><span class="who">wake {w.id} from {esc(w.source)}</span> <span class="at">{clock(w.created_at)}</span>'
+        f"{' · tried ' + str(w.attempts) + ' time(s)' if w.attempts else ''}"
+        f'<div class="body">{esc(shorten(w.body, BODY_CHARS))}</div></li>'
+        for w in waiting
+        if w.not_before <= now
+    ]
+    more = counts.waiting - len(rows)
+    if more > 0:
+        rows.append(f'<li class="more">and {more} more</li>')
+    waiting_html = f'<ul class="list">{"".join(rows)}</ul>' if rows else '<p class="none">no wake waiting</p>'
+    timers = [
+        f'<li><span class="who">reminder {r.id}</span> due <span class="at">{when(r.not_before)}</span>'
+        f"{form('/reminders/cancel', 'cancel', {'id': r.id})}"
+        f'<div class="body">{esc(shorten(r.body, BODY_CHARS))}</div></li>'
+        for r in reminders
+    ]
+    timers_html = f'<h3>Reminders</h3><ul class="list">{"".join(timers)}</ul>' if timers else ""
+    aside = f'<p class="none">{counts.set_aside} set aside (the outbox says why)</p>' if counts.set_aside else ""
+    return panel("queue", "Wake queue", waiting_html + timers_html + aside)
+
+
+# -- tasks -------------------------------------------------------------------------------------------------
+
+
+def tasks(running: list[TaskView], ended: list[TaskView]) -> str:
+    def one(v: TaskView, *, live: bool) -> str:
+        r = v.row
+        took = r.duration()
+        end = ""
+        if not live:
+            end = f" · exit {r.exit_code}" if r.exit_code is not None else f" · signal {r.signal}" if r.signal else ""
+        owner = f" · {who(r.agent)}" if r.agent else ""
+        kill = form("/tasks/kill", "kill", {"id": r.id}, cls="danger") if live else ""
+        out = last_lines(v.stdout.text, TAIL_LINES) if live else last_lines(v.stdout.text, 3)
+        err = last_lines(v.stderr.text, TAIL_LINES // 2) if live else ""
+        tail = f'<pre class="tail">{esc(out)}</pre>' if out else ""
+        tail += f'<pre class="tail err">{esc(err)}</pre>' if err else ""
+        return (
+            f'<li class="task {esc(r.status)}"><span class="who">task {r.id}</span> '
+            f"{badge(r.status)}{owner} · "
+            f"{'-' if took is None else f'{took:.1f} s'}{end}{kill}"
+            f'<div class="cmd"><code>{esc(shorten(r.cmd, 300))}</code></div>{tail}</li>'
+        )
+
+    live = "".join(one(v, live=True) for v in running)
+    body = f'<ul class="list">{live}</ul>' if live else '<p class="none">no task running</p>'
+    if ended:
+        body += '<h3>Ended</h3><ul class="list">' + "".join(one(v, live=False) for v in ended) + "</ul>"
+    return panel("tasks", "Background tasks", body)
+
+
+# -- sub-agents --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """An agent of the tree: its own figures and, once summed, its subtree's."""
+
+    id: int
+    state: str
+    turns: int
+    busy_ms: int
+    context_used: int | None
+    context_size: int | None
+    cost_usd: float | None
+    row: SubagentRow | None = None
+    turn: int | None = None
+    children: list[Node] = field(default_factory=list)
+
+    def subtree(self) -> tuple[int, int, int, float | None]:
+        """Turns, time (ms), context in use (tokens) and cost of this agent and everything below it."""
+        turns, busy, used, usd = self.turns, self.busy_ms, self.context_used or 0, self.cost_usd
+        for child in self.children:
+            t, b, u, c = child.subtree()
+            turns, busy, used = turns + t, busy + b, used + u
+            usd = c if usd is None else usd if c is None else usd + c
+        return turns, busy, used, usd
+
+
+def tree(root: Node, rows: Iterable[SubagentRow], current: Mapping[int, int | None]) -> Node:
+    """The agent and its sub-agents as a tree (a row whose parent is not among them hangs at the root)."""
+    nodes = {0: root}
+    for r in sorted(rows, key=lambda r: r.id):
+        figures = (r.turns, r.busy_ms, r.context_used, r.context_size, r.cost_usd)
+        nodes[r.id] = Node(r.id, r.state, *figures, row=r, turn=current.get(r.id))
+    for r in sorted(rows, key=lambda r: r.id):
+        nodes.get(r.parent, root).children.append(nodes[r.id])
+    return root
+
+
+def subagents(root: Node) -> str:
+    def one(n: Node) -> str:
+        turns, busy, used, usd = n.subtree()
+        ctx = context(n.context_used, n.context_size)
+        own = f"turns {n.turns} · {secs(n.busy_ms)} · context {ctx} · {cost(n.cost_usd)}"
+        sub = f"subtree: turns {turns} · {secs(busy)} · context {used or '-'} · {cost(usd)}" if n.children else ""
+        r = n.row
+        profile = f" · profile {esc(r.profile)}" if r is not None else ""
+        doing = f" · turn {n.turn}" if n.turn is not None else ""
+        live = r is not None and not r.final
+        cancel = form("/subagents/cancel", "cancel", {"id": n.id}, cls="danger") if live else ""
+        task = f'<div class="body">{esc(shorten(r.task, 300))}</div>' if r is not None else ""
+        error = f'<div class="why">{esc(shorten(r.error, 300))}</div>' if r is not None and r.error else ""
+        below = f'<div class="stats">{esc(sub)}</div>' if sub else ""
+        kids = f'<ul class="tree">{"".join(one(c) for c in n.children)}</ul>' if n.children else ""
+        return (
+            f'<li class="node" id="agent-{n.id}"><div><span class="who">{who(n.id)}</span> '
+            f"{badge(n.state)}{profile}{doing}{cancel}</div>"
+            f'<div class="stats">{esc(own)}</div>{below}{task}{error}{kids}</li>'
+        )
+
+    return panel("subagents", "Agents", f'<ul class="tree root">{one(root)}</ul>')
+
+
+# -- outbox and turns --------------------------------------------------------------------------------------
+
+
+def outbox_items(rows: list[OutboxRow]) -> str:
+    items = [
+        f'<li><span class="who">#{r.id} from {esc(r.source)}</span> <span class="at">{when(r.created_at)}</span>'
+        f"{f' · turn {r.turn_id}' if r.turn_id is not None else ''}"
+        f'<div class="reply">{esc(r.body)}</div></li>'
+        for r in rows
+    ]
+    return f'<ul class="list outbox">{"".join(items)}</ul>' if items else '<p class="none">nothing in the outbox</p>'
+
+
+def outbox(rows: list[OutboxRow]) -> str:
+    more = '<p><a href="/outbox">the whole outbox</a></p>' if rows else ""
+    return panel("outbox", "Outbox", outbox_items(rows) + more)
+
+
+def turn_rows(rows: list[TurnRow]) -> str:
+    columns = ("turn", "started", "outcome", "stop reason", "took", "context", "cost", "wakes", "said")
+    head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
+    body = "".join(
+        f'<tr class="{esc(t.outcome)}"><td>{t.id}</td><td>{when(t.started_at)}</td><td>{esc(t.outcome)}</td>'
+        f"<td>{esc(t.stop_reason or '-')}</td><td>{secs(t.duration_ms)}</td>"
+        f"<td>{context(t.context_used, t.context_size)}</td>"
+        f"<td>{cost(t.cost_usd)}</td><td>{esc(', '.join(str(w) for w in t.wakes))}</td>"
+        f"<td>{esc(shorten(t.error or t.result or '', 200))}</td></tr>"
+        for t in rows
+    )
+    return f'<table class="turns"><thead>{head}</thead><tbody>{body}</tbody></table>'
+
+
+def turns(rows: list[TurnRow]) -> str:
+    if not rows:
+        return panel("turns", "Turns", '<p class="none">no turn yet</p>')
+    return panel("turns", "Turns", turn_rows(rows) + '<p><a href="/turns">every turn</a></p>')

@@ -1,0 +1,64 @@
+"""The web view's keys (harness/web/auth.py): one-time codes, signed session cookies, CSRF tokens."""
+
+from __future__ import annotations
+
+from hyperhive.harness.web.auth import CODE_SECONDS, MAX_CODES, SESSION_SECONDS, WebAuth
+
+KEY = b"k" * 43
+
+
+def cookie_header(auth: WebAuth, value: str) -> list[tuple[bytes, bytes]]:
+    return [(b"cookie", f"other=1; {auth.cookie_name}={value}".encode())]
+
+
+def test_a_code_logs_in_once_and_not_after_it_expired() -> None:
+    auth = WebAuth(KEY)
+    code = auth.issue_code(now=1000.0)
+    assert auth.redeem(code, now=1001.0) is True
+    assert auth.redeem(code, now=1002.0) is False  # used
+    late = auth.issue_code(now=1000.0)
+    assert auth.redeem(late, now=1000.0 + CODE_SECONDS + 1) is False
+    assert auth.redeem("a guess", now=1000.0) is False
+
+
+def test_codes_waiting_at_once_are_bounded_the_oldest_going_first() -> None:
+    auth = WebAuth(KEY)
+    codes = [auth.issue_code(now=1000.0 + i) for i in range(MAX_CODES + 1)]
+    assert auth.redeem(codes[0], now=1100.0) is False
+    assert all(auth.redeem(c, now=1100.0) for c in codes[1:])
+
+
+def test_a_session_cookie_proves_its_session_until_it_expires_or_is_logged_out() -> None:
+    auth = WebAuth(KEY)
+    value = auth.new_session(now=1000.0)
+    headers = cookie_header(auth, value)
+    sid = auth.session(headers, now=1001.0)
+    assert sid is not None and value.startswith(sid + ".")
+    assert auth.session(headers, now=1000.0 + SESSION_SECONDS + 1) is None
+    auth.revoke(headers, now=1002.0)
+    assert auth.session(headers, now=1003.0) is None
+
+
+def test_a_forged_or_foreign_cookie_proves_nothing() -> None:
+    auth = WebAuth(KEY)
+    sid, expires, mac = auth.new_session(now=1000.0).split(".")
+    other = WebAuth(b"o" * 43)
+    assert auth.session(cookie_header(auth, f"{sid}.{int(expires) + 10**6}.{mac}"), now=1001.0) is None
+    assert auth.session(cookie_header(auth, f"{sid}x.{expires}.{mac}"), now=1001.0) is None
+    assert auth.session(cookie_header(auth, other.new_session(now=1000.0)), now=1001.0) is None
+    assert auth.session([(b"cookie", b"garbage")], now=1001.0) is None
+    assert other.cookie_name != auth.cookie_name  # two services on one host keep their cookies apart
+
+
+def test_the_cookie_is_httponly_and_samesite_strict_and_secure_over_https() -> None:
+    auth = WebAuth(KEY)
+    plain = auth.cookie("v", secure=False).decode()
+    assert "HttpOnly" in plain and "SameSite=Strict" in plain and "Path=/" in plain and "Secure" not in plain
+    assert "; Secure" in auth.cookie("v", secure=True).decode()
+
+
+def test_a_csrf_token_is_its_sessions_own() -> None:
+    auth = WebAuth(KEY)
+    assert auth.csrf_ok("s1", auth.csrf("s1"))
+    assert not auth.csrf_ok("s2", auth.csrf("s1"))
+    assert not auth.csrf_ok("s1", "")

@@ -1,0 +1,125 @@
+"""Turns as the web view draws them (harness/web/lines.py): escaped text, tool calls with their results, the
+turns a feed's events still tell of. The browser's own word on it: tests/process/test_web_browser.py."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from typing import Any
+
+from hyperhive.harness.records import OutboxRow
+from hyperhive.harness.web import lines
+from hyperhive.harness.web.panels import outbox_items, queue
+from hyperhive.runtime.stream import (
+    AssistantBody,
+    AssistantLine,
+    ResultLine,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserBody,
+    UserLine,
+    dump_line,
+)
+from hyperhive.store.wakes import QueueCounts, WakeRow
+
+HOSTILE = (
+    '<script>window.pwned=1</script><a href="javascript:alert(1)">click</a><img src=x onerror=alert(1)>'
+    "\x1b]52;c;aGk=\x07"
+)
+
+
+class Elements(HTMLParser):
+    """Every element and attribute a browser would build from the markup, and its text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
+def parsed(markup: str) -> Elements:
+    found = Elements()
+    found.feed(markup)
+    found.close()
+    return found
+
+
+def event(turn: int, line: Any, **extra: Any) -> dict[str, Any]:
+    return {"event": "line", "turn": turn, "line": json.loads(dump_line(line)), **extra}
+
+
+def assistant(*blocks: Any) -> AssistantLine:
+    return AssistantLine(message=AssistantBody(content=list(blocks)))
+
+
+def test_agent_text_holding_markup_and_terminal_escapes_is_text_on_the_page() -> None:
+    call = ToolUseBlock(id="call-1", name="mcp__bash__run", input={"cmd": HOSTILE})
+    result = UserLine(message=UserBody(content=[ToolResultBlock(tool_use_id="call-1", content=HOSTILE)]))
+    events = [
+        {"event": "turn_start", "turn": 7, "wakes": [{"id": 1, "from": "<b>operator</b>"}]},
+        event(7, assistant(TextBlock(text=HOSTILE), ThinkingBlock(thinking=HOSTILE), call)),
+        event(7, result),
+        event(7, ResultLine(result=HOSTILE, stop_reason="end_turn")),
+        {"event": "turn_end", "turn": 7, "outcome": "failed", "error": HOSTILE},
+    ]
+    html = "".join(v.html for v in lines.turns_of(events, {}))
+    html += "".join(op["html"] for e in events for op in lines.ops(e))
+    found = parsed(html)
+    assert not {"script", "a", "img", "b"} & set(found.tags)
+    assert not [v for k, v in found.attrs if k.startswith("on") or "javascript:" in (v or "")]
+    assert "<script>window.pwned=1</script>" in found.text and 'href="javascript:alert(1)"' in found.text
+    assert "\x1b" not in found.text and "^[]52;c;aGk=^G" in found.text  # the escape shown, not obeyed
+
+
+def test_the_panels_escape_wakes_and_replies_as_the_turns_do() -> None:
+    wake = WakeRow(1, "operator", HOSTILE, 0.0, 0.0, None)
+    reply = OutboxRow(1, 0.0, "agent", HOSTILE, None)
+    found = parsed(queue([wake], [], QueueCounts(1, 0, 0)) + outbox_items([reply]))
+    assert not {"script", "a", "img"} & set(found.tags) and found.text.count("<script>") == 2
+
+
+def test_a_tools_result_goes_under_its_call_or_after_the_turns_lines_when_the_call_is_not_on_the_page() -> None:
+    call = event(3, assistant(ToolUseBlock(id="c", name="mcp__bash__run", input={"cmd": "ls"})))
+    result = event(3, UserLine(message=UserBody(content=[ToolResultBlock(tool_use_id="c", content="README")])))
+    (appended,) = lines.ops(result)
+    key = lines.tool_key(3, "c")
+    assert appended["to"] == [f"{key}-out", "turn-3-lines"]  # the first of them on the page takes it
+    (view,) = lines.turns_of([{"event": "turn_start", "turn": 3, "wakes": []}, call, result], {})
+    tool = view.html.split(f'id="{key}"', 1)[1]
+    assert "README" in tool.split("</div></div>", 1)[0]
+
+
+def test_thinking_is_collapsed_and_text_is_not() -> None:
+    (view,) = lines.turns_of(
+        [{"event": "turn_start", "turn": 1}, event(1, assistant(ThinkingBlock(thinking="hmm"), TextBlock(text="hi")))],
+        {},
+    )
+    assert '<details class="thinking">' in view.html and "<details open" not in view.html
+    assert '<div class="text">hi</div>' in view.html
+
+
+def test_a_running_turn_whose_start_the_feed_no_longer_holds_is_drawn_and_says_so() -> None:
+    views = lines.turns_of([event(9, assistant(TextBlock(text="late line")))], {9: 0, 12: 4})
+    assert [(v.turn, v.agent, v.cut) for v in views] == [(9, 0, True), (12, 4, True)]
+    assert "no longer held here" in views[0].html and "late line" in views[0].html
+    assert "sub-agent 4" in views[1].html
+
+
+def test_a_page_keeps_the_last_turns_only() -> None:
+    events = [{"event": "turn_start", "turn": t} for t in range(1, 20)]
+    assert [v.turn for v in lines.turns_of(events, {})] == list(range(20 - lines.KEEP_TURNS, 20))
+
+
+def test_a_turns_end_replaces_its_badge() -> None:
+    (op,) = lines.ops({"event": "turn_end", "turn": 5, "outcome": "cancelled", "error": None})
+    assert op["op"] == "replace" and op["id"] == "turn-5-badge" and ">cancelled<" in op["html"]
