@@ -30,6 +30,7 @@ COMMANDS = {
     "tail": "hyperhive.cli.tail:tail",
     "tasks": "hyperhive.cli.tasks:tasks",
     "turn": "hyperhive.cli.turn:turn",
+    "web-login": "hyperhive.cli.web_login:web_login",
 }
 
 if TYPE_CHECKING:

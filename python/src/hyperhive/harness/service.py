@@ -1,8 +1,8 @@
 """`hyperhive agent`: the long-running service, wired together (docs/architecture.md, "The harness service").
 
     lock the state directory ─ open the store ─ host the task engine ─ serve hyperhive's HTTP tools
-    ─ take up the sub-agents ─ serve the control socket ─ READY=1 ─ run the turn loop until SIGTERM
-    ─ stop the turns (the agent's and its sub-agents') ─ end the tasks
+    ─ take up the sub-agents ─ serve the web view (when configured) ─ serve the control socket ─ READY=1
+    ─ run the turn loop until SIGTERM ─ stop the turns (the agent's and its sub-agents') ─ end the tasks
 
 The harness's tables are reached through one `Inbox` (harness/inbox.py), which also rings the loop's
 doorbell and announces on the live feed; the engine reports the wakes of ended tasks to it (`on_wake`).
@@ -25,7 +25,7 @@ import os
 import signal
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -55,6 +55,9 @@ from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine
 from hyperhive.tasks.tools import build_tools
 
+if TYPE_CHECKING:
+    from hyperhive.harness.web.app import WebView
+
 log = logging.getLogger("hyperhive.harness")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -74,6 +77,7 @@ class Service:
     subagents: Subagents
     started_at: float
     http_url: str | None = None
+    web: WebView | None = None
 
     def handlers(self) -> dict[str, Handler]:
         main_tools = {t.name: t for t in build_tools(self.engine)}
@@ -138,6 +142,14 @@ class Service:
                 raise RequestRefused("bad_request", exc.message) from exc
             return Reply({"subagent": self._subagent(row)})
 
+        async def web_login(req: dict[str, Any]) -> Reply:
+            if self.web is None:
+                raise RequestRefused(
+                    "bad_request",
+                    "the web view is not served: set HIVE_WEB_PORT (NixOS: services.hyperhive.agent.web.enable)",
+                )
+            return Reply(self.web.login_link())
+
         handlers = {
             "ping": ping,
             "send": send,
@@ -146,6 +158,7 @@ class Service:
             "subscribe": subscribe,
             "subagents": subagents,
             "subagent_cancel": subagent_cancel,
+            "web_login": web_login,
         }
         return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
 
@@ -183,6 +196,7 @@ class Service:
             "last_turn": dataclasses.asdict(last) if last is not None else None,
             "turns": stored.turns,
             "http": self.http_url,
+            "web": self.web.url if self.web is not None else None,
             "subscribers": self.inbox.feed.subscribers,
             "subagents": [self._subagent(r) for r in in_status(rows)],
         }
@@ -210,7 +224,8 @@ async def _serve(config: Config, policy: LoopPolicy | None, startup: Startup) ->
     startup.at("take the service lock", state.lock)
     with ServiceLock(state.lock), contextlib.ExitStack() as closing:
         startup.at("open the state database", state.db)
-        inbox = await Inbox.open(state.db, feed=LiveFeed())
+        # The web view resumes a page's stream from the events the feed keeps (harness/web/stream.py).
+        inbox = await Inbox.open(state.db, feed=LiveFeed(replay=config.web_port is not None))
         closing.callback(inbox.close)
         engine_store = await anyio.to_thread.run_sync(Store, state.db)
         closing.callback(engine_store.close)
@@ -292,6 +307,10 @@ async def _run(
             service = Service(agent_config, inbox, engine, runtime, loop, subagents, time.time(), http_url)
             startup.at("take up the sub-agents", config.state.subagents)
             await tg.start(subagents.run)
+            if config.web_port is not None:
+                startup.at("serve the web view", config.state.web_endpoint)
+                service.web = _web_view(agent_config, service)
+                await tg.start(service.web.serve)
             startup.at("bind the control socket", socket_path)
             await tg.start(ControlServer(socket_path, service.handlers()).serve)
             startup.at("watch for stop signals")
@@ -315,6 +334,14 @@ async def _run(
                 await runtime.aclose()
     log.info("hyperhive stopped")
     return 0
+
+
+def _web_view(config: Config, service: Service) -> WebView:
+    from hyperhive.harness.web.app import WebView
+    from hyperhive.harness.web.source import Parts
+
+    parts = Parts(service.inbox.feed, service.inbox, service.engine, service.loop, service.subagents, service.status)
+    return WebView(config, parts)
 
 
 async def _watch_signals(  # noqa: PLR0917  (started with tg.start, which passes arguments by position)
