@@ -1,9 +1,10 @@
 # services.hyperhive.agent: one coding agent as a supervised systemd service.
 #
 # Options are declared here (how an agent runs: runtime-options.nix, shared with the sub-agent profiles
-# of subagents.nix); render.nix (pure builtins) turns them into the harness's HIVE_* environment, the
-# MCP-server file and the sub-agent file, and reports every problem, which becomes an assertion below;
-# harness-base.nix injects the bash MCP server. The environment is the only interface to the harness.
+# of subagents.nix; the web view's in web.nix); render.nix (pure builtins) turns them into the harness's
+# HIVE_* environment, the MCP-server file and the sub-agent file, and reports every problem, which becomes
+# an assertion below; harness-base.nix injects the bash MCP server. The environment is the only
+# interface to the harness.
 {
   config,
   lib,
@@ -181,6 +182,9 @@ let
       };
     }) cfg.subagents;
     inherit (cfg) subagentLimits;
+    web = {
+      inherit (cfg.web) enable port origin;
+    };
     stateDirectory = stateDir;
     workingDirectory = workdir;
     inherit (pkgs) writeText;
@@ -190,6 +194,7 @@ in
   imports = [
     ./harness-base.nix
     ./subagents.nix
+    ./web.nix
   ];
 
   options.services.hyperhive.agent = {

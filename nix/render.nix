@@ -27,6 +27,8 @@
   subagents ? { },
   # maxConcurrent, maxDepth, budget; null (or absent) leaves the harness's default.
   subagentLimits ? { },
+  # The web view: enable, port (0 to 65535), origin (null or what a reverse proxy serves it under).
+  web ? { },
   # HIVE_CGROUP: "auto" gives each task its own cgroup under the unit's delegated one; "off" does not.
   cgroup ? "auto",
   extraEnvironment ? { },
@@ -79,6 +81,12 @@ let
     budget = null;
   };
   limitsCfg = limitDefaults // subagentLimits;
+  webDefaults = {
+    enable = false;
+    port = 8377;
+    origin = null;
+  };
+  webCfg = webDefaults // web;
   profileDefaults = {
     runtime = "claude";
     claude = { };
@@ -214,6 +222,8 @@ let
     "HIVE_SUBAGENT_MAX_CONCURRENT"
     "HIVE_SUBAGENT_MAX_DEPTH"
     "HIVE_SUBAGENT_BUDGET"
+    "HIVE_WEB_PORT"
+    "HIVE_WEB_ORIGIN"
   ];
   # The option that sets each managed variable, for the message when extraEnvironment tries to.
   optionFor = {
@@ -237,6 +247,8 @@ let
     HIVE_SUBAGENT_MAX_CONCURRENT = "subagentLimits.maxConcurrent";
     HIVE_SUBAGENT_MAX_DEPTH = "subagentLimits.maxDepth";
     HIVE_SUBAGENT_BUDGET = "subagentLimits.budget";
+    HIVE_WEB_PORT = "web.enable and web.port";
+    HIVE_WEB_ORIGIN = "web.origin";
   };
 
   # Variables set for the unit by something other than these settings, each with where its value
@@ -421,6 +433,35 @@ let
       filter (f: !(limitsCfg.${f} == null || positiveInt limitsCfg.${f})) (attrNames limitDefaults)
     );
 
+  # An origin as a browser sends it: http(s), a host (or [IPv6]), an optional port, nothing after.
+  originOk =
+    o:
+    isString o
+    && match "https?://([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\\[[0-9A-Fa-f:.]+])(:[0-9]{1,5})?" o != null;
+  webProblems =
+    unknownFields "web" webDefaults web
+    ++ (if isBool webCfg.enable then [ ] else [ "web.enable must be true or false" ])
+    ++ (
+      if isInt webCfg.port && webCfg.port >= 0 && webCfg.port <= 65535 then
+        [ ]
+      else
+        [ "web.port must be a TCP port (0 to 65535; 0 takes a free one)" ]
+    )
+    ++ (
+      if webCfg.origin == null || originOk webCfg.origin then
+        [ ]
+      else
+        [
+          "web.origin must be an origin such as \"https://agent.example.com\" (scheme, host, optional port; no path)"
+        ]
+    )
+    ++ (
+      if webCfg.origin != null && webCfg.enable != true then
+        [ "web.origin is set but web.enable is not: the web view is not served" ]
+      else
+        [ ]
+    );
+
   problems = concatLists [
     (runtimeProblems "" {
       inherit runtime idleTimeout;
@@ -454,6 +495,7 @@ let
         [ "subagents must be an attribute set of profiles" ]
     )
     limitProblems
+    webProblems
     (map (n: "extraEnvironment.${n}: set by the module from ${optionFor.${n}}; use that option instead") (
       filter (n: elem n managed) (attrNames extraEnvironment)
     ))
@@ -569,6 +611,10 @@ let
     }
     // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
     // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
+    // optional (webCfg.enable == true) (
+      { HIVE_WEB_PORT = toString webCfg.port; }
+      // optional (webCfg.origin != null) { HIVE_WEB_ORIGIN = webCfg.origin; }
+    )
     // extraEnvironment;
 in
 {

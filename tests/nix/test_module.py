@@ -242,6 +242,15 @@ def test_without_profiles_the_limits_still_reach_the_harness() -> None:
     assert out["subagentsJson"] is None
 
 
+def test_the_web_view_is_off_unless_enabled_and_then_serves_on_its_port() -> None:
+    assert not any(k.startswith("HIVE_WEB") for k in eval_module(DEMO)["unit"]["environment"])
+    env = eval_module({**DEMO, "web": {"enable": True}})["unit"]["environment"]
+    assert {k: v for k, v in env.items() if k.startswith("HIVE_WEB")} == {"HIVE_WEB_PORT": "8377"}
+    proxied = {**DEMO, "web": {"enable": True, "port": 9000, "origin": "https://agent.example.com"}}
+    env = eval_module(proxied)["unit"]["environment"]
+    assert (env["HIVE_WEB_PORT"], env["HIVE_WEB_ORIGIN"]) == ("9000", "https://agent.example.com")
+
+
 def test_secrets_and_credentials_stay_out_of_the_store() -> None:
     out = eval_module({**DEMO, "environmentFile": "/run/secrets/agent.env", "credentials": {"gh": "/run/secrets/gh"}})
     sc = out["unit"]["serviceConfig"]
@@ -368,6 +377,15 @@ ASSERTIONS = {
         "services.hyperhive.agent: extraEnvironment.HIVE_SUBAGENTS: set by the module from subagents; "
         "use that option instead",
     ),
+    "web-origin-with-a-path": (
+        {**DEMO, "web": {"enable": True, "origin": "https://agent.example.com/hive"}},
+        'services.hyperhive.agent: web.origin must be an origin such as "https://agent.example.com" (scheme, '
+        "host, optional port; no path)",
+    ),
+    "web-origin-without-the-view": (
+        {**DEMO, "web": {"origin": "https://agent.example.com"}},
+        "services.hyperhive.agent: web.origin is set but web.enable is not: the web view is not served",
+    ),
     "variable-name": (
         {**DEMO, "acp": {**DEMO["acp"], "env": {"A B": "x"}}},
         "services.hyperhive.agent: acp.env: 'A B' is not a valid environment variable name",
@@ -433,6 +451,10 @@ TYPE_ERRORS = {
     "subagent-claude-package": (
         {**DEMO, "subagents": {"coder": {"claude": {"package": "/bin/claude"}}}},
         "The option `services.hyperhive.agent.subagents.coder.claude.package' does not exist",
+    ),
+    "web-port": (
+        {**DEMO, "web": {"enable": True, "port": 70000}},
+        "services.hyperhive.agent.web.port' is not of type `16 bit unsigned integer",
     ),
     "unknown-option": (
         {**DEMO, "acp": {"comand": "/bin/x"}},

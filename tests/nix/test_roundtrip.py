@@ -197,3 +197,20 @@ def test_subagent_variables_reach_the_harness_through_the_unit_file() -> None:
         "HIVE_SUBAGENT_BUDGET": "3600",
     }
     assert json.loads(Path(env["HIVE_SUBAGENTS"]).read_text(encoding="utf-8"))["coder"]["acp"]["args"] == ["acp"]
+
+
+@requires_lib
+def test_the_web_views_settings_reach_the_harness_through_the_unit_file(tmp_path: Path) -> None:
+    out = eval_module(
+        {
+            "enable": True,
+            "runtime": "acp",
+            "acp": {"command": "/bin/agent"},
+            "workingDirectory": str(tmp_path),
+            "web": {"enable": True, "port": 9000, "origin": "https://agent.example.com"},
+        }
+    )
+    env = environment_of(to_service_file(out["unit"]))
+    env["HIVE_STATE_DIR"] = str(tmp_path / "state")
+    config = load_config(env, read_mcp_servers=False)
+    assert (config.web_port, config.web_origin) == (9000, "https://agent.example.com")
