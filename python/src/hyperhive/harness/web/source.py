@@ -95,6 +95,11 @@ class Panels:
             self._drawn[name] = (seq, now, html)
             return html
 
+    def drawn(self, name: str) -> str | None:
+        """The last drawing of panel `name`, if any (not drawn anew)."""
+        found = self._drawn.get(name)
+        return None if found is None else found[2]
+
     async def _draw(self, name: str) -> str:
         try:
             return await getattr(self, f"_{name}")()  # type: ignore[no-any-return]
@@ -143,7 +148,7 @@ def touched(event: dict[str, Any]) -> set[str]:
     kind = event.get("event")
     sub = bool(event.get("agent"))
     if kind in ("turn_start", "turn_end"):
-        return {"status", "queue", "subagents", "tasks"} | ({"turns"} if not sub and kind == "turn_end" else set())
+        return {"status", "queue", "subagents", "tasks"} | (set() if sub else {"turns"})
     if kind == "line":
         line = event.get("line") or {}
         # A tool's result: a task may have started or ended, a sub-agent started, a reminder set.

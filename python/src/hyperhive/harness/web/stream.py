@@ -13,9 +13,10 @@ each write by the server's deadline; one that falls behind is dropped and comes 
 resume. The service's memory never holds more for it than that queue.
 
 Idle, a stream costs nothing but a comment every `HEARTBEAT` seconds (which also finds a browser that went
-away, and keeps a proxy from closing the connection); while tasks run, their panel is looked at every
-`TICK` (their output tails grow without events). A stream lasts `LIFETIME` at most, then ends and the
-browser resumes it: no connection is held for ever.
+away, and keeps a proxy from closing the connection); while a turn or a task runs, the tasks' panel is
+looked at every `TICK` (their output tails grow without events, and a task starts before its tool answers);
+a panel is sent only when it differs from what the page has. A stream lasts `LIFETIME` at most, then ends
+and the browser resumes it: no connection is held for ever.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ RETRY_MS = 1000
 MAX_STREAMS = 32
 # The ops of this many recent events are kept encoded, shared by every page (they follow the same events).
 OPS_KEPT = 512
+# The order a batch's panels are drawn and sent in: one read each first, the status (several reads) last.
+DRAWN_FIRST = ("queue", "outbox", "tasks", "subagents", "turns", "status")
 
 
 def parse_after(value: str | None, epoch: str) -> int | None:
@@ -115,17 +118,21 @@ class Streams:
     async def _follow(
         self, sub: Subscription, whole: tuple[int, list[lines.TurnView]] | None, send: Send, csrf: str
     ) -> None:
+        page = _Page(send, csrf)
         out = [f"retry: {RETRY_MS}\n\n".encode()]
         if whole is not None:
             seq, views = whole
             html = f'<div id="{lines.LIVE}">{"".join(v.html for v in views)}</div>'
             replace = {"op": "replace", "id": lines.LIVE, "html": html}
             out.append(frame([replace], event_id=after_id(self.parts.feed, seq)))
-        out.append(await self._panels(set(panels.NAMES), sub.next_seq - 1, csrf))
+        drawn = [(name, await self.panels.get(name, after=sub.next_seq - 1)) for name in panels.NAMES]
+        out.append(page.panels(drawn) or b"")
         await _write(send, out)
         ends = anyio.current_time() + LIFETIME
         while anyio.current_time() < ends:
-            ticking = self.panels.tasks_running
+            # A turn in flight may start a task at any moment (its tool's result may come only when an inline
+            # wait ends): the tasks are looked at each second while a turn or a task runs.
+            ticking = self.panels.tasks_running or bool(self.parts.running_turns())
             batch: list[bytes] = []
             with anyio.move_on_after(TICK if ticking else HEARTBEAT):
                 try:
@@ -133,20 +140,20 @@ class Streams:
                 except StopAsyncIteration:
                     return
             if not batch:
-                tick = await self.panels.get("tasks", max_age=TICK / 2) if ticking else None
-                await _write(send, [_replace(tick, csrf) if tick is not None else b": \n\n"])
+                await _write(send, [await self._tick(page) if ticking else b": \n\n"])
                 continue
             while (more := sub.next_now()) is not None:
                 batch.append(more)
-            dropped = await self._send_batch(batch, send, csrf)
+            dropped = await self._send_batch(batch, page)
             if dropped:
                 return  # the browser comes back with the last id it saw
 
-    async def _send_batch(self, batch: list[bytes], send: Send, csrf: str) -> bool:
+    async def _send_batch(self, batch: list[bytes], page: _Page) -> bool:
+        """What a batch of events changes: their own changes written at once, then each panel they touched as
+        soon as it is drawn (the quick ones need not wait for the slow), the last carrying the batch's id."""
         out: list[bytes] = []
         changed: set[str] = set()
         last: int | None = None
-        named = True
         dropped = False
         for raw in batch:
             event = json.loads(raw)
@@ -155,27 +162,43 @@ class Streams:
                 dropped = True
                 break
             ops = self.ops_of(seq, event)
-            last, named = seq, bool(ops)
+            last = seq
             if ops:
                 out.append(frame(ops, event_id=after_id(self.parts.feed, seq)))
             changed |= touched(event)
-        if last is not None and changed:
-            out.append(await self._panels(changed, last, csrf, event_id=after_id(self.parts.feed, last)))
-        elif last is not None and not named:
-            out.append(frame(event_id=after_id(self.parts.feed, last)))  # the id moves on, nothing to draw
-        await _write(send, out)
+        if out:
+            await _write(page.send, out)
+        if last is not None:
+            for name in (n for n in DRAWN_FIRST if n in changed):
+                drawn = page.panels([(name, await self.panels.get(name, after=last))])
+                if drawn is not None:
+                    await _write(page.send, [drawn])
+            await _write(page.send, [frame(event_id=after_id(self.parts.feed, last))])  # all of it is on the page
         return dropped
 
-    async def _panels(self, names: set[str], after: int, csrf: str, *, event_id: str | None = None) -> bytes:
+    async def _tick(self, page: _Page) -> bytes:
+        """The tasks' panel looked at again (no event tells of their output), and the agent's status (how many
+        run); what changed, or a comment, which keeps the stream alive."""
+        drawn = [(name, await self.panels.get(name, max_age=TICK / 2)) for name in ("tasks", "status")]
+        return page.panels(drawn) or b": \n\n"
+
+
+class _Page:
+    """One open page as its stream knows it: where it writes, its CSRF token, the panels it has."""
+
+    def __init__(self, send: Send, csrf: str) -> None:
+        self.send = send
+        self.csrf = csrf
+        self.has: dict[str, str] = {}
+
+    def panels(self, drawn: list[tuple[str, str]]) -> bytes | None:
+        """A message replacing the panels the page does not have as drawn (None: it has them all)."""
         ops = []
-        for name in (n for n in panels.NAMES if n in names):
-            html = (await self.panels.get(name, after=after)).replace(panels.CSRF, csrf)
-            ops.append({"op": "replace", "id": f"panel-{name}", "html": html})
-        return frame(ops, event_id=event_id)
-
-
-def _replace(html: str, csrf: str) -> bytes:
-    return frame([{"op": "replace", "id": "panel-tasks", "html": html.replace(panels.CSRF, csrf)}])
+        for name, html in drawn:
+            if self.has.get(name) != html:
+                self.has[name] = html
+                ops.append({"op": "replace", "id": f"panel-{name}", "html": html.replace(panels.CSRF, self.csrf)})
+        return frame(ops) if ops else None
 
 
 async def _write(send: Send, chunks: list[bytes]) -> None:
