@@ -123,3 +123,11 @@ def test_a_page_keeps_the_last_turns_only() -> None:
 def test_a_turns_end_replaces_its_badge() -> None:
     (op,) = lines.ops({"event": "turn_end", "turn": 5, "outcome": "cancelled", "error": None})
     assert op["op"] == "replace" and op["id"] == "turn-5-badge" and ">cancelled<" in op["html"]
+
+
+def test_what_a_page_shows_of_a_block_or_a_reply_is_bounded_and_says_so() -> None:
+    huge = "x" * (1 << 20)  # a text block may hold 1 Mi characters
+    (op,) = lines.ops(event(1, assistant(TextBlock(text=huge))))
+    assert len(op["html"]) < lines.TEXT_CHARS + 200 and f"{(1 << 20) - lines.TEXT_CHARS} more characters" in op["html"]
+    listed = outbox_items([OutboxRow(1, 0.0, "agent", huge, None)])
+    assert len(listed) < 20 * 1024 and "more characters" in listed

@@ -43,7 +43,8 @@ log = logging.getLogger("hyperhive.harness.web")
 # 12 bytes (%XX per byte): room for the 1 MiB of mostly ASCII, or about a third of it of other scripts.
 MAX_FORM = 3 << 20
 PAGE_ROWS = 50
-MAX_PAGE_ROWS = 1000
+MAX_PAGE_ROWS = 1000  # of the history (a row is a few hundred bytes)
+MAX_OUTBOX_ROWS = 200  # a reply shows up to 16 Ki characters
 # A stream's answer lasts up to its lifetime; every other answer is the service's own work, quick.
 WEB_LIMITS = replace(DEFAULT_LIMITS, answer_timeout=LIFETIME + 60, max_body=MAX_FORM)
 
@@ -172,11 +173,11 @@ class WebApp:
             notice=page.note(query.get("done"), query.get("id")),
         )
 
-    def _paging(self, request: Request) -> tuple[int | None, int]:
+    def _paging(self, request: Request, most: int = MAX_PAGE_ROWS) -> tuple[int | None, int]:
         query = request.query
         before = query.get("before", "")
         n = query.get("n", "")
-        rows = min(int(n), MAX_PAGE_ROWS) if n.isdigit() and len(n) < 7 and int(n) > 0 else PAGE_ROWS
+        rows = min(int(n), most) if n.isdigit() and len(n) < 7 and int(n) > 0 else PAGE_ROWS
         return (int(before) if before.isdigit() and len(before) < 19 else None), rows
 
     async def turns(self, request: Request) -> str:
@@ -189,7 +190,7 @@ class WebApp:
         return page.listing("/turns", title, turn_rows(rows), older)
 
     async def outbox(self, request: Request) -> str:
-        before, n = self._paging(request)
+        before, n = self._paging(request, MAX_OUTBOX_ROWS)
         rows = await self.parts.inbox.outbox_before(before, n)
         older = f"/outbox?before={rows[-1].id}&n={n}" if len(rows) == n else None
         return page.listing("/outbox", "Outbox", outbox_items(rows), older)

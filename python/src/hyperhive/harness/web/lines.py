@@ -55,7 +55,7 @@ def bounded(text: str, limit: int) -> str:
     """`text` escaped, at most `limit` characters of it, saying how much was left out."""
     if len(text) <= limit:
         return esc(text)
-    left = f"[… {len(text) - limit} more characters: the transcript has them]"
+    left = f"[… {len(text) - limit} more characters, not shown here]"
     return f'{esc(text[:limit])}<span class="cut">{left}</span>'
 
 

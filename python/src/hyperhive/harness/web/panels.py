@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hyperhive.harness.records import OutboxRow, TurnRow
-from hyperhive.harness.web.lines import esc, who
+from hyperhive.harness.web.lines import bounded, esc, who
 from hyperhive.runtime.render import shorten
 from hyperhive.store.subagents import SubagentRow
 from hyperhive.store.wakes import QueueCounts, WakeRow
@@ -26,6 +26,8 @@ CSRF = "\x00csrf\x00"
 NAMES = ("status", "queue", "tasks", "subagents", "outbox", "turns")
 BODY_CHARS = 400  # of a wake's or a reply's text in a list
 TAIL_LINES = 12
+# Of a reply (up to 64 KiB: harness/replies.py) in a list; `hyperhive outbox` prints it whole.
+REPLY_CHARS = 16 * 1024
 
 
 def when(t: float | None) -> str:
@@ -222,7 +224,7 @@ def outbox_items(rows: list[OutboxRow]) -> str:
     items = [
         f'<li><span class="who">#{r.id} from {esc(r.source)}</span> <span class="at">{when(r.created_at)}</span>'
         f"{f' · turn {r.turn_id}' if r.turn_id is not None else ''}"
-        f'<div class="reply">{esc(r.body)}</div></li>'
+        f'<div class="reply">{bounded(r.body, REPLY_CHARS)}</div></li>'
         for r in rows
     ]
     return f'<ul class="list outbox">{"".join(items)}</ul>' if items else '<p class="none">nothing in the outbox</p>'

@@ -41,8 +41,10 @@ TICK = 1.0
 LIFETIME = 3600.0
 RETRY_MS = 1000
 MAX_STREAMS = 32
-# The ops of this many recent events are kept encoded, shared by every page (they follow the same events).
+# The ops of recent events are kept, shared by every page (they follow the same events): this many, and at
+# most this much of their HTML (a text block shows up to 64 Ki characters, escaped several times that).
 OPS_KEPT = 512
+OPS_BYTES = 4 << 20
 # The order a batch's panels are drawn and sent in: one read each first, the status (several reads) last.
 DRAWN_FIRST = ("queue", "outbox", "tasks", "subagents", "turns", "status")
 
@@ -72,7 +74,8 @@ class Streams:
         self.panels = panel_set
         self.headers = headers
         self._open: set[Subscription] = set()
-        self._ops: OrderedDict[int, list[dict[str, Any]]] = OrderedDict()
+        self._ops: OrderedDict[int, tuple[list[dict[str, Any]], int]] = OrderedDict()
+        self._ops_bytes = 0
 
     @property
     def count(self) -> int:
@@ -85,11 +88,15 @@ class Streams:
 
     def ops_of(self, seq: int, event: dict[str, Any]) -> list[dict[str, Any]]:
         found = self._ops.get(seq)
-        if found is None:
-            found = self._ops[seq] = lines.ops(event)
-            while len(self._ops) > OPS_KEPT:
-                self._ops.popitem(last=False)
-        return found
+        if found is not None:
+            return found[0]
+        ops = lines.ops(event)
+        size = sum(len(op.get("html", "")) for op in ops)
+        self._ops[seq] = (ops, size)
+        self._ops_bytes += size
+        while len(self._ops) > OPS_KEPT or (len(self._ops) > 1 and self._ops_bytes > OPS_BYTES):
+            self._ops_bytes -= self._ops.popitem(last=False)[1][1]
+        return ops
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, csrf: str) -> None:
         if len(self._open) >= MAX_STREAMS:
