@@ -46,6 +46,8 @@ in
   vm-restart-interrupts-tasks = demoTest ./restart-interrupts-tasks.nix;
   vm-dynamic-user = demoTest ./dynamic-user.nix;
   vm-static-user = demoTest ./static-user.nix;
+  vm-subagent-profile = demoTest ./subagent-profile.nix;
+  vm-web-view = demoTest ./web-view.nix;
   vm-claude-standin = vmTest ./claude-standin.nix;
   vm-secrets = vmTest ./secrets.nix;
   pytest = import ./pytest.nix { inherit pkgs self hyperhive; };

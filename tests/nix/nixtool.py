@@ -40,7 +40,9 @@ FLAKE_CHECKS = [
     "vm-secrets",
     "vm-send-produces-turn",
     "vm-static-user",
+    "vm-subagent-profile",
     "vm-task-wake-arrives",
+    "vm-web-view",
 ]
 
 

@@ -59,6 +59,7 @@ NIXPKGS_STAND_INS = [
     "time",
     "zstd",
     "sqlite",
+    "curl",
 ]
 # systemd and what the tests run, and the Debian packages behind those stand-ins (tests/nix/toolbox.py).
 PACKAGES = sorted(

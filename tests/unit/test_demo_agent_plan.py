@@ -76,6 +76,11 @@ def test_delegate_starts_a_sub_agent_on_the_rest_without_waiting() -> None:
     assert call(plan) == ("hyperhive", "subagent_start", {"task": 'run: sleep 1; echo "hi"', "wait_seconds": 0})
 
 
+def test_delegate_to_a_profile_names_it() -> None:
+    plan = plan_wake(Wake("operator", "delegate to helper: run: make"))
+    assert call(plan) == ("hyperhive", "subagent_start", {"task": "run: make", "wait_seconds": 0, "profile": "helper"})
+
+
 def test_timer_wake_is_replied_as_a_reminder() -> None:
     assert call(plan_wake(Wake("timer", "stretch"))) == ("hyperhive", "reply", {"body": "Reminder: stretch"})
 

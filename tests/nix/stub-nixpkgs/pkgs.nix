@@ -133,6 +133,7 @@ let
     "nodejs"
     "nix"
     "sqlite"
+    "curl"
     "bash"
     "coreutils"
     "procps"

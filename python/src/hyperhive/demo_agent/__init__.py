@@ -13,7 +13,8 @@ format"), each line of its text after `| `; a prompt without headers is one oper
 - from `operator`: `mcp__bash__run` with `wait_seconds: 0` and the command `sleep 1; echo "hello from a
   background task"` (or the text after `run: `; `run <N>s: <cmd>` waits up to N s for it);
   `remind <N>s: <text>` calls `mcp__hyperhive__remind` instead; `delegate: <task>` calls
-  `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0`;
+  `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0` (`delegate to <profile>: <task>`,
+  with that profile);
 - from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>";
 - from `timer`: `mcp__hyperhive__reply` with "Reminder: <body>";
 - from `subagent-<id>`: `mcp__hyperhive__reply` with "Sub-agent <id> answered: <the answer's first line>";

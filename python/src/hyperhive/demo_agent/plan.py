@@ -27,7 +27,8 @@ _QUOTED = re.compile(r"^\| ?", re.MULTILINE)
 _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 # `run: <cmd>` starts a task in the background; `run <N>s: <cmd>` waits up to N s for it (a turn that long).
 _RUN = re.compile(r"run(?:\s+(\d+(?:\.\d+)?)\s*s)?\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
-_DELEGATE = re.compile(r"delegate:\s*(.*)", re.DOTALL | re.IGNORECASE)
+# `delegate: <task>`, or `delegate to <profile>: <task>` for a sub-agent of that profile.
+_DELEGATE = re.compile(r"delegate(?:\s+to\s+([a-z][a-z0-9-]*))?:\s*(.*)", re.DOTALL | re.IGNORECASE)
 # A sub-agent's first wake is the harness's preamble, then this line, then the task (harness/subagents.py).
 _TASK_LINE = re.compile(r"^The task:[ \t]*$", re.MULTILINE)
 SUBAGENT_PREFIX = "subagent-"
@@ -122,7 +123,7 @@ def plan_wake(wake: Wake, *, subagent: bool = False) -> Plan:
 def _order(body: str) -> Plan:
     """The operator's message to the service's agent: delegate, remind, or run a background task."""
     if delegate := _DELEGATE.fullmatch(body):
-        return _delegate(delegate.group(1).strip())
+        return _delegate(delegate.group(2).strip(), delegate.group(1))
     if remind := _REMIND.fullmatch(body):
         after, text = float(remind.group(1)), remind.group(2).strip() or "(no text)"
         return Plan(
@@ -146,7 +147,7 @@ def _task(task: str) -> Plan:
             "It runs ({result}).",
         )
     if delegate := _DELEGATE.fullmatch(task):
-        return _delegate(delegate.group(1).strip())
+        return _delegate(delegate.group(2).strip(), delegate.group(1))
     named = " ".join(task.split()) or "(nothing)"
     return Plan(f"Done with the task: {named if len(named) <= 200 else named[:199] + '…'}")
 
@@ -158,12 +159,11 @@ def _run_step(run: re.Match[str] | None) -> ToolStep:
     return ToolStep(BASH, "run", {"cmd": cmd, "wait_seconds": wait}, kind="execute")
 
 
-def _delegate(task: str) -> Plan:
-    return Plan(
-        "Delegating it to a sub-agent.",
-        ToolStep(HYPERHIVE, "subagent_start", {"task": task or "(no task)", "wait_seconds": 0}),
-        "Delegated ({result}).",
-    )
+def _delegate(task: str, profile: str | None = None) -> Plan:
+    arguments: dict[str, Any] = {"task": task or "(no task)", "wait_seconds": 0}
+    if profile is not None:
+        arguments["profile"] = profile
+    return Plan("Delegating it to a sub-agent.", ToolStep(HYPERHIVE, "subagent_start", arguments), "Delegated ({result}).")
 
 
 def _tell(news: str, what: str, subagent: bool) -> Plan:
