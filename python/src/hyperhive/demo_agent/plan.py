@@ -163,7 +163,9 @@ def _delegate(task: str, profile: str | None = None) -> Plan:
     arguments: dict[str, Any] = {"task": task or "(no task)", "wait_seconds": 0}
     if profile is not None:
         arguments["profile"] = profile
-    return Plan("Delegating it to a sub-agent.", ToolStep(HYPERHIVE, "subagent_start", arguments), "Delegated ({result}).")
+    return Plan(
+        "Delegating it to a sub-agent.", ToolStep(HYPERHIVE, "subagent_start", arguments), "Delegated ({result})."
+    )
 
 
 def _tell(news: str, what: str, subagent: bool) -> Plan:
