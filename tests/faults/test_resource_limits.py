@@ -466,7 +466,15 @@ def test_a_full_state_directory_is_named_and_held_back_writes_land_once_freed(tm
                 and task_wake[0][0] is not None  # and a later turn carried the task's wake to the agent
             )
 
-        wait_until("the held-back writes to land", landed, service, 40)
+        try:
+            wait_until("the held-back writes to land", landed, service, 40)
+        except AssertionError as exc:  # what the store holds, and what the service says, beside its log
+            with Store(state / "hyperhive.db") as store:
+                rows = {
+                    table: store.db.execute(f"SELECT * FROM {table} ORDER BY id DESC LIMIT 8").fetchall()
+                    for table in ("wakes", "turns", "tasks")
+                }
+            raise AssertionError(f"{exc}\nstore: {rows}\nstatus: {control(service.state, 'status')}") from None
         land_secs = time.monotonic() - freed
         with Store(state / "hyperhive.db") as store:
             after = dict(store.db.execute("SELECT id, delivered_at FROM wakes").fetchall())
