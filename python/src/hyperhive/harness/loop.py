@@ -267,14 +267,16 @@ class TurnLoop:
         )
         if self.reporter is not None:
             self.reporter.recorded()
-        self.current_turn = None
-        self.replies = None
         log.info("%sturn %d %s%s", who, turn_id, end.outcome, f": {end.error}" if end.error else "")
         self._operator_cut = self._cancelled == turn_id and not answered and not self._stopping
         self._cancelled = None
-        if self._operator_cut:
-            log.info("turn %d was cancelled by the operator: setting its wakes aside", turn_id)
-            await self.inbox.set_aside(prompt.wake_ids, f"the operator cancelled turn {turn_id}, which carried it")
+        try:
+            if self._operator_cut:  # before the turn is over for those who watch it: its wakes are aside by then
+                log.info("turn %d was cancelled by the operator: setting its wakes aside", turn_id)
+                await self.inbox.set_aside(prompt.wake_ids, f"the operator cancelled turn {turn_id}, which carried it")
+        finally:
+            self.current_turn = None
+            self.replies = None
         self.last_usage = (end.context_used, end.context_size)
         return answered
 
