@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from measure import cpu_seconds, median, p90, table_report
+from measure import acp_service_env, cpu_seconds, median, p90, table_report
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "acp_stream_agent.py"
@@ -76,14 +75,7 @@ class Bench:
     def __init__(self, tmp: Path) -> None:
         self.state, self.work, self.stats = tmp / "state", tmp / "work", tmp / "arrivals.jsonl"
         self.work.mkdir()
-        self.env = {
-            **os.environ,
-            "HIVE_STATE_DIR": str(self.state),
-            "HIVE_WORKDIR": str(self.work),
-            "HIVE_RUNTIME": "acp",
-            "HIVE_ACP_COMMAND": sys.executable,
-            "HIVE_ACP_ARGS": json.dumps([str(AGENT), "--stats", str(self.stats)]),
-        }
+        self.env = acp_service_env(self.state, self.work, str(AGENT), "--stats", str(self.stats))
         self.client = ControlClient(self.state / "harness.sock")
         self.store: Store
 

@@ -1,4 +1,5 @@
-"""Helpers the benchmark scripts share: statistics, the machine's description, process CPU from /proc."""
+"""Helpers the benchmark scripts share: statistics, the machine's description, process CPU from /proc, and a
+service's environment with an ACP agent (and a wait on it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import os
 import platform
 import re
 import statistics
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +72,23 @@ def table_report(title: str, argv: list[str], note: str, columns: list[str], row
         )
         + "\n"
     )
+
+
+def acp_service_env(state: Path, work: Path, *agent_argv: str) -> dict[str, str]:
+    """This environment, with a service in `state` working in `work`, its agent `python AGENT_ARGV...`."""
+    return {
+        **os.environ,
+        "HIVE_STATE_DIR": str(state),
+        "HIVE_WORKDIR": str(work),
+        "HIVE_RUNTIME": "acp",
+        "HIVE_ACP_COMMAND": sys.executable,
+        "HIVE_ACP_ARGS": json.dumps(list(agent_argv)),
+    }
+
+
+def until(predicate: Callable[[], bool], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the service did not get there in time")
+        time.sleep(0.01)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import socket
 import sqlite3
@@ -30,11 +29,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from measure import median, table_report
+from measure import acp_service_env, median, table_report, until
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -44,14 +43,6 @@ RESULTS_JSON = HERE / "neighbours_results.json"
 
 sys.path.insert(0, str(REPO / "python" / "src"))
 from hyperhive.control.wire import call  # noqa: E402
-
-
-def until(predicate: Callable[[], bool], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the service did not get there in time")
-        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -172,14 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(tmp_name)
         state, work = tmp / "state", tmp / "work"
         work.mkdir()
-        env = {
-            **os.environ,
-            "HIVE_STATE_DIR": str(state),
-            "HIVE_WORKDIR": str(work),
-            "HIVE_RUNTIME": "acp",
-            "HIVE_ACP_COMMAND": sys.executable,
-            "HIVE_ACP_ARGS": json.dumps([str(AGENT)]),
-        }
+        env = acp_service_env(state, work, str(AGENT))
         service = subprocess.Popen(
             [sys.executable, "-m", "hyperhive", "agent"], env=env, stderr=subprocess.DEVNULL, cwd=work
         )

@@ -31,11 +31,10 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from measure import median, p90, table_report
+from measure import acp_service_env, median, p90, table_report, until
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -58,14 +57,6 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def until(predicate: Callable[[], bool], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the service did not get there in time")
-        time.sleep(0.01)
-
-
 def source_tree(rev: str, into: Path) -> Path:
     """python/src of git revision `rev`, unpacked under `into`."""
     archive = into / "src.tar"
@@ -81,14 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(tmp_name)
         state, work = tmp / "state", tmp / "work"
         work.mkdir()
-        env = {
-            **os.environ,
-            "HIVE_STATE_DIR": str(state),
-            "HIVE_WORKDIR": str(work),
-            "HIVE_RUNTIME": "acp",
-            "HIVE_ACP_COMMAND": sys.executable,
-            "HIVE_ACP_ARGS": json.dumps([str(AGENT)]),
-        }
+        env = acp_service_env(state, work, str(AGENT))
         env.pop("PYTHONPATH", None)
         trees = {"this tree": str(REPO / "python" / "src")}
         if args.compare:

@@ -49,7 +49,7 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
-from measure import cpu_seconds, median, p90, table_report
+from measure import acp_service_env, cpu_seconds, median, p90, table_report
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "demo_agent_clock.py"
@@ -103,14 +103,7 @@ class Clock:
 
 
 def agent_env(state: Path, work: Path, clock: Clock) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HIVE_STATE_DIR": str(state),
-        "HIVE_WORKDIR": str(work),
-        "HIVE_RUNTIME": "acp",
-        "HIVE_ACP_COMMAND": sys.executable,
-        "HIVE_ACP_ARGS": json.dumps([str(AGENT), "--stats", str(clock.path)]),
-    }
+    return acp_service_env(state, work, str(AGENT), "--stats", str(clock.path))
 
 
 @dataclass

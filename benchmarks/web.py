@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import cpu_seconds, median, p90, table_report
+from measure import acp_service_env, cpu_seconds, median, p90, table_report
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "web_results.md"
@@ -113,15 +113,7 @@ class Service:
         work.mkdir()
         self.state.mkdir(mode=0o700)
         fill_history(self.state / "hyperhive.db")
-        env = {
-            **os.environ,
-            "HIVE_STATE_DIR": str(self.state),
-            "HIVE_WORKDIR": str(work),
-            "HIVE_RUNTIME": "acp",
-            "HIVE_ACP_COMMAND": sys.executable,
-            "HIVE_ACP_ARGS": json.dumps(["-m", "hyperhive", "demo-agent"]),
-            "HIVE_WEB_PORT": "0",
-        }
+        env = {**acp_service_env(self.state, work, "-m", "hyperhive", "demo-agent"), "HIVE_WEB_PORT": "0"}
         self.log = (root / "service.log").open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hyperhive", "agent"], env=env, stdout=self.log, stderr=subprocess.STDOUT
