@@ -172,6 +172,18 @@ def ensure_rootfs() -> Path:
     return target
 
 
+def cgroup_hierarchies() -> list[Path]:
+    """Where systemd-nspawn places a machine: the cgroup v2 mount, and v1's name=systemd if mounted."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        head, _, tail = line.partition(" - ")
+        fields = tail.split(" ")  # fstype, source, super options
+        fstype, options = fields[0], fields[-1]
+        if fstype == "cgroup2" or (fstype == "cgroup" and "name=systemd" in options.split(",")):
+            found.append(Path(head.split(" ")[4]))
+    return found
+
+
 class Container:
     """One machine: an overlay over the cached rootfs, mounted on the host at `root`, booted on demand."""
 
@@ -199,10 +211,20 @@ class Container:
         return self.proc is not None and self.proc.poll() is None
 
     def boot(self) -> None:
-        env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+        # nspawn --keep-unit puts the machine's whole tree in `payload/` under its own cgroup: started from
+        # one shared cgroup, every machine booted at the same time had the same tree, so one machine's
+        # systemd and hyperhive saw, killed and removed the other's unit and task cgroups. Each machine is
+        # started from a cgroup of its own.
+        cgroups = self._own_cgroups()
+        env = {**os.environ, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1", "HIVE_RIG_CGROUPS": " ".join(cgroups)}
+        place = 'for procs in $HIVE_RIG_CGROUPS; do echo $$ >"$procs/cgroup.procs" || exit 125; done; exec "$@"'
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
+                    "/bin/sh",
+                    "-c",
+                    place,
+                    "rig",
                     "systemd-nspawn",
                     "-D",
                     str(self.root),
@@ -293,13 +315,40 @@ class Container:
             self.proc.wait(timeout=30)
         self._forget()
 
+    @property
+    def cgroup_name(self) -> str:
+        """The machine's own cgroup, directly under each hierarchy's root (see `boot`)."""
+        return f"hyperhive-rig.{self.name}"
+
+    def _own_cgroups(self) -> list[str]:
+        """A fresh cgroup for this machine in each hierarchy systemd-nspawn uses (v2, and on a hybrid host
+        v1's name=systemd), directly under the hierarchy's root."""
+        made = []
+        for base in cgroup_hierarchies():
+            own = base / self.cgroup_name
+            try:
+                own.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise RigUnavailable(f"cannot make the machine's cgroup {own}: {exc.strerror or exc}") from exc
+            made.append(str(own))
+        return made
+
     def _forget(self) -> None:
         self.proc, self.leader = None, 0
-        # --keep-unit leaves empty payload cgroups on the host (systemd-here.md).
-        for base in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
-            for leftover in sorted(Path(base).glob("**/payload*"), key=lambda p: -len(p.parts)):
-                with contextlib.suppress(OSError):
-                    leftover.rmdir()
+        # The machine's cgroups, emptied (--keep-unit leaves empty ones behind: systemd-here.md) and removed.
+        for base in cgroup_hierarchies():
+            own = base / self.cgroup_name
+            if not own.is_dir():
+                continue
+            with contextlib.suppress(OSError):
+                (own / "cgroup.kill").write_text("1")  # v2 only: anything the machine left running
+            for _ in range(50):  # bounded: killed processes leave their cgroups a moment later
+                for leftover in sorted((p for p in own.glob("**/") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    with contextlib.suppress(OSError):
+                        leftover.rmdir()
+                if not own.exists():
+                    break
+                time.sleep(0.1)
 
     def stop(self) -> None:
         """Power off and remove the machine's disk (the overlay's upper layer)."""

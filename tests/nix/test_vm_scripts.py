@@ -24,6 +24,23 @@ from tests.nix.vm_tests import Node, StubPackage, VmTest, stub_packages, vm_test
 
 pytestmark = [requires_nix, requires_lib]
 
+# What a failed script's machines show, most telling first (CI prints only part of a long failure): the
+# service's tasks and what each wrote on stderr, the service's journal, then the rest of the boot's.
+POST_MORTEM = r"""
+state=/var/lib/hyperhive
+if [ -f $state/hyperhive.db ] && command -v sqlite3 >/dev/null; then
+  echo "-- tasks (id|agent|status|exit_code|signal|error|cmd)"
+  sqlite3 $state/hyperhive.db "select id, agent, status, exit_code, signal, error, substr(cmd, 1, 60) from tasks"
+fi
+for err in $state/harness/bash-tasks/*.err; do
+  [ -s "$err" ] && { echo "-- $err"; head -c 600 "$err"; echo; }
+done
+echo "-- the service's journal"
+journalctl --no-pager -o short-monotonic -u 'hyperhive*' | tail -n 60
+echo "-- the boot's journal, warnings and worse"
+journalctl -b --no-pager -o short-monotonic -p warning | tail -n 40
+"""
+
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("test", vm_tests_to_collect(), ids=lambda t: t.name)
@@ -49,9 +66,9 @@ def test_vm_script_passes_against_systemd(test: VmTest, tmp_path: Path) -> None:
             try:
                 exec(compile(test.script, f"<{test.name} testScript>", "exec"), driver_globals(machines, log))
             except MachineError:
-                for m in machines.values():  # what the VM's console would have shown
+                for m in machines.values():
                     with contextlib.suppress(MachineError):
-                        log(m.execute("journalctl -b --no-pager -o short-monotonic | tail -n 150", timeout=30)[1])
+                        log(m.execute(POST_MORTEM, timeout=30)[1])
                 raise
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")

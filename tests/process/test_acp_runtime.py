@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
@@ -138,12 +139,26 @@ async def test_usage_update_and_prompt_usage_go_into_the_result(tmp_path: Path) 
     }
 
 
-async def test_updates_sent_after_the_answer_belong_to_no_turn(tmp_path: Path) -> None:
+async def test_updates_sent_after_the_answer_belong_to_no_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hyperhive.runtime.acp")
+
+    def dropped() -> int:
+        return sum("outside any turn" in r.getMessage() for r in caplog.records)
+
     async with acp_runtime(tmp_path) as h:
-        first, _ = await h.turn("say:one late")
-        _, lines = await h.turn("say:two")
+        before = dropped()
+        first, lines = await h.turn("say:one late")
+        # Which turn an update belongs to is decided by when we read it: the late one must be read before
+        # the next prompt is written, or it is the next turn's by wire position (as it would be for real).
+        with anyio.fail_after(10):
+            while dropped() == before:
+                await anyio.sleep(0.01)
+        _, later = await h.turn("say:two")
     assert first.result == "one"
-    assert texts(lines) == ["two"]
+    assert texts(lines) == ["one"]
+    assert texts(later) == ["two"]
 
 
 async def test_acp_runtime_is_a_runtime(tmp_path: Path) -> None:
