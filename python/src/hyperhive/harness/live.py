@@ -30,7 +30,7 @@ import anyio
 
 from hyperhive.control.wire import dump
 from hyperhive.runtime.render import render_line
-from hyperhive.runtime.stream import StreamLine, dump_line
+from hyperhive.runtime.stream import ResultLine, StreamLine, dump_line
 
 log = logging.getLogger("hyperhive.harness")
 
@@ -192,15 +192,44 @@ class FeedSink:
         self.feed.publish_line(self.turn_id, line, self.agent)
 
 
-class JournalSink:
-    """A turn's lines as readable log lines (the journal under systemd), as `hyperhive turn --render` shows."""
+# What one turn may put in the journal (its result line aside), and one log line at most: what the agent
+# writes is unbounded, and in the journal it would crowd out the service's own warnings (journald drops
+# messages past its rate limit, ours with the agent's). The transcript keeps every line.
+JOURNAL_TURN_CHARS = 64_000
+JOURNAL_LINE_CHARS = 2_000
 
-    def __init__(self, logger: logging.Logger, turn_id: int, agent: int = 0) -> None:
+
+class JournalSink:
+    """A turn's lines as readable log lines (the journal under systemd), as `hyperhive turn --render` shows;
+    at most `JOURNAL_TURN_CHARS` of them, then one line saying the rest is in the transcript."""
+
+    def __init__(self, logger: logging.Logger, turn_id: int, agent: int = 0, budget: int = JOURNAL_TURN_CHARS) -> None:
         self.log = logger
         self.turn_id = turn_id
         self.who = f"subagent-{agent} " if agent else ""
+        self.budget = budget
+        self.left_out = 0  # rendered lines over the budget
 
     async def emit(self, line: StreamLine) -> None:
         with contextlib.suppress(Exception):  # a rendering slip must never cost a turn
-            for text in render_line(line, color=False):
-                self.log.info("%sturn %d: %s", self.who, self.turn_id, text)
+            texts = render_line(line, color=False)
+            if isinstance(line, ResultLine):
+                if self.left_out:
+                    self._log(f"{self.left_out} lines of this turn were not logged; `hyperhive tail` has them")
+                for text in texts:
+                    self._log(text)
+                return
+            for rendered in texts:
+                text = rendered
+                if len(text) > JOURNAL_LINE_CHARS:
+                    text = f"{text[:JOURNAL_LINE_CHARS]}… ({len(text) - JOURNAL_LINE_CHARS} more characters)"
+                if self.left_out or len(text) > self.budget:
+                    if not self.left_out:
+                        self._log("the rest of this turn's output is not logged (the transcript has it)")
+                    self.left_out += 1
+                    continue
+                self.budget -= len(text)
+                self._log(text)
+
+    def _log(self, text: str) -> None:
+        self.log.info("%sturn %d: %s", self.who, self.turn_id, text)
