@@ -4,6 +4,7 @@ the service's answer, or from the store when no service runs)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,31 @@ def test_status_without_sub_agents_says_nothing_of_them(tmp_path: Path) -> None:
     Store(state / "hyperhive.db").close()
     result = CliRunner().invoke(main, ["status"], env={"HIVE_STATE_DIR": str(state)})
     assert result.exit_code == 0 and "subagents" not in result.output
+
+
+def test_tail_without_follow_tags_the_latest_transcript_when_it_is_a_sub_agents(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = Store(state / "hyperhive.db")
+    for agent, session in ((0, "main-session"), (3, "sub/session")):  # `/` is made `_` in the file's name
+        store.db.execute(
+            "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome, agent, session_id)"
+            " VALUES (0, '[]', 0, 'answered', ?, ?)",
+            (agent, session),
+        )
+    store.close()
+    transcripts = state / "transcripts"
+    transcripts.mkdir(mode=0o700)
+    main_file, sub_file = transcripts / "main-session.jsonl", transcripts / "sub_session.jsonl"
+    main_file.write_text(json.dumps(text_line("from the agent")) + "\n")
+    sub_file.write_text(json.dumps(text_line("first\nsecond")) + "\n")
+
+    def tail() -> str:
+        result = CliRunner().invoke(main, ["tail"], env={"HIVE_STATE_DIR": str(state)})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    os.utime(main_file, (1, 1))
+    assert tail() == "[subagent-3] first\n[subagent-3] second\n"
+    os.utime(sub_file, (1, 1))
+    os.utime(main_file)
+    assert tail() == "from the agent\n"

@@ -56,8 +56,8 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
     """The agent's turns as they happen (readable like `hyperhive turn --render`); a sub-agent's are tagged
     with its id (`[subagent-3] `).
 
-    Without -f: the end of the latest transcript, read back from its end (never the whole file), at most
-    --lines lines within its last --bytes bytes.
+    Without -f: the end of the latest transcript (tagged too if it is a sub-agent's), read back from its end
+    (never the whole file), at most --lines lines within its last --bytes bytes.
     """
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
@@ -85,7 +85,9 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
         if latest is None:
             click.echo("no turns yet")
             return
-        _show_transcript_end(latest, count, max_bytes, show_line)
+        agent = _transcript_agent(config, latest)
+        tag = f"[subagent-{agent}] " if agent else ""
+        _show_transcript_end(latest, count, max_bytes, lambda doc: show_line(doc, tag))
         return
 
     def on_event(event: dict[str, Any]) -> None:
@@ -150,6 +152,20 @@ def _human(size: int) -> str:
         if size % scale == 0:
             return f"{size // scale}{unit}"
     return str(size)
+
+
+def _transcript_agent(config: Config, transcript: Path) -> int | None:
+    """Whose transcript it is (a sub-agent's is tagged as `-f` tags it); None when the store cannot say."""
+    import sqlite3
+
+    from hyperhive.harness.records import Records
+    from hyperhive.store.database import Store
+
+    try:
+        with Store(config.state.db, create=False, write=False) as store:
+            return Records(store).transcript_agent(config.state.transcripts, transcript)
+    except (HyperhiveError, OSError, sqlite3.Error):
+        return None
 
 
 def _latest_transcript(config: Config) -> Path | None:

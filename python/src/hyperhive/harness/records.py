@@ -17,9 +17,11 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from hyperhive.harness.carried_again import MAX_ITEMS, MAX_TURNS, CutTurn, Done, reminder_state, task_state
+from hyperhive.statedir import layout
 from hyperhive.store.database import Store
 from hyperhive.store.subagents import SubagentTable, TurnReport
 from hyperhive.store.tasks import TaskTable
@@ -248,6 +250,17 @@ class Records:
             f"SELECT {_TURN_COLUMNS} FROM turns WHERE agent = ? ORDER BY id DESC LIMIT 1", (self.agent,)
         )
         return None if row is None else TurnRow(**dict(zip(TurnRow.__dataclass_fields__, row, strict=True)))
+
+    def transcript_agent(self, transcripts_dir: Path, transcript: Path, scan: int = 500) -> int | None:
+        """Whose transcript `transcript` is (0: the service's agent, else a sub-agent's id), from the sessions
+        of the latest `scan` turns of any agent; None if none of them wrote it."""
+        rows = self.db.execute(
+            "SELECT session_id, agent FROM turns WHERE session_id IS NOT NULL ORDER BY id DESC LIMIT ?", (scan,)
+        ).fetchall()
+        for session_id, agent in rows:
+            if layout.transcript(transcripts_dir, session_id).name == transcript.name:
+                return int(agent)
+        return None
 
     def turn_count(self) -> int:
         (n,) = self.store.one("SELECT COUNT(*) FROM turns WHERE agent = ?", (self.agent,))
