@@ -79,6 +79,7 @@ let
     maxConcurrent = null;
     maxDepth = null;
     budget = null;
+    idleRelease = null;
   };
   limitsCfg = limitDefaults // subagentLimits;
   webDefaults = {
@@ -222,6 +223,7 @@ let
     "HIVE_SUBAGENT_MAX_CONCURRENT"
     "HIVE_SUBAGENT_MAX_DEPTH"
     "HIVE_SUBAGENT_BUDGET"
+    "HIVE_SUBAGENT_IDLE_RELEASE"
     "HIVE_WEB_PORT"
     "HIVE_WEB_ORIGIN"
   ];
@@ -247,6 +249,7 @@ let
     HIVE_SUBAGENT_MAX_CONCURRENT = "subagentLimits.maxConcurrent";
     HIVE_SUBAGENT_MAX_DEPTH = "subagentLimits.maxDepth";
     HIVE_SUBAGENT_BUDGET = "subagentLimits.budget";
+    HIVE_SUBAGENT_IDLE_RELEASE = "subagentLimits.idleRelease";
     HIVE_WEB_PORT = "web.enable and web.port";
     HIVE_WEB_ORIGIN = "web.origin";
   };
@@ -611,6 +614,7 @@ let
     }
     // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
     // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
+    // optional (limitsCfg.idleRelease != null) { HIVE_SUBAGENT_IDLE_RELEASE = toString limitsCfg.idleRelease; }
     // optional (webCfg.enable == true) (
       { HIVE_WEB_PORT = toString webCfg.port; }
       // optional (webCfg.origin != null) { HIVE_WEB_ORIGIN = webCfg.origin; }

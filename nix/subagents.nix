@@ -102,6 +102,15 @@ in
           (`HIVE_SUBAGENT_BUDGET`).
         '';
       };
+      idleRelease = mkOption {
+        type = types.ints.positive;
+        default = 120;
+        description = ''
+          Seconds a sub-agent may be idle before its agent process (an ACP agent's, kept between
+          turns) is stopped; its next message starts it again, loading its session
+          (`HIVE_SUBAGENT_IDLE_RELEASE`).
+        '';
+      };
     };
   };
 }

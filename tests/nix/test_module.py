@@ -71,6 +71,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
         "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
         "HIVE_SUBAGENT_MAX_DEPTH": "2",
         "HIVE_SUBAGENT_BUDGET": "3600",
+        "HIVE_SUBAGENT_IDLE_RELEASE": "120",
         "HOME": "/var/lib/hyperhive",
     }
 
@@ -195,6 +196,7 @@ def test_subagent_profiles_are_the_file_hive_subagents_names() -> None:
         "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
         "HIVE_SUBAGENT_MAX_DEPTH": "2",
         "HIVE_SUBAGENT_BUDGET": "3600",
+        "HIVE_SUBAGENT_IDLE_RELEASE": "120",
     }
     assert json.loads(out["subagentsJson"]) == {
         "reviewer": {
@@ -222,13 +224,10 @@ def test_subagent_profiles_are_the_file_hive_subagents_names() -> None:
 
 
 def test_subagent_limits_are_rendered_as_set() -> None:
-    limits = {"maxConcurrent": 1, "maxDepth": 3, "budget": 120}
+    limits = {"maxConcurrent": 1, "maxDepth": 3, "budget": 120, "idleRelease": 30}
     env = eval_module({**DEMO, "subagents": {"helper": {}}, "subagentLimits": limits})["unit"]["environment"]
-    assert (env["HIVE_SUBAGENT_MAX_CONCURRENT"], env["HIVE_SUBAGENT_MAX_DEPTH"], env["HIVE_SUBAGENT_BUDGET"]) == (
-        "1",
-        "3",
-        "120",
-    )
+    names = ["MAX_CONCURRENT", "MAX_DEPTH", "BUDGET", "IDLE_RELEASE"]
+    assert [env[f"HIVE_SUBAGENT_{name}"] for name in names] == ["1", "3", "120", "30"]
 
 
 def test_without_profiles_the_limits_still_reach_the_harness() -> None:
@@ -238,6 +237,7 @@ def test_without_profiles_the_limits_still_reach_the_harness() -> None:
         "HIVE_SUBAGENT_MAX_CONCURRENT": "4",
         "HIVE_SUBAGENT_MAX_DEPTH": "3",
         "HIVE_SUBAGENT_BUDGET": "3600",
+        "HIVE_SUBAGENT_IDLE_RELEASE": "120",
     }
     assert out["subagentsJson"] is None
 

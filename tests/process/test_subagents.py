@@ -281,6 +281,32 @@ async def test_waiting_returns_the_answer_inline_and_no_wake_is_written(tmp_path
         assert rows(svc, "SELECT COUNT(*) FROM turns WHERE agent = 0") == [(0,)], "the parent was not woken"
 
 
+def agent_processes(svc: Service) -> list[int]:
+    """The demo agents the service runs now (its children; the service's own agent starts with its first turn)."""
+    argv = ["pgrep", "-P", str(svc.proc.pid), "-f", "demo-agent"]
+    found = subprocess.run(argv, check=False, capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_an_idle_sub_agents_agent_process_is_stopped_and_its_next_message_loads_its_session(
+    tmp_path: Path,
+) -> None:
+    with serving(tmp_path, HIVE_SUBAGENT_IDLE_RELEASE="1") as svc:
+        text, _ = await call(svc, "subagent_start", task="say hello", wait_seconds=25)
+        assert text.endswith("Done with the task: say hello")
+        [first] = await wait_for(svc, "the sub-agent's agent", lambda: agent_processes(svc))
+        await wait_for(svc, "the idle agent to be stopped", lambda: not agent_processes(svc) or None, within=30)
+        assert not alive(first) and subagent(svc, 1)["state"] == "idle"
+        _, is_error = await call(svc, "subagent_message", id=1, body="say again")
+        assert not is_error
+        await wait_for(svc, "the answer to the message", lambda: rows(svc, "SELECT body FROM wakes WHERE agent = 0"))
+        assert rows(svc, "SELECT body FROM wakes WHERE agent = 0") == [("Done with the task: say again",)]
+        [(session,)] = rows(svc, "SELECT DISTINCT session_id FROM turns WHERE agent = 1")  # loaded, not new
+        assert session is not None and subagent(svc, 1)["turns"] == 2
+
+
 # -- the operator ----------------------------------------------------------------------------------------
 
 

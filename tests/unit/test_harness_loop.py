@@ -47,6 +47,7 @@ class FakeRuntime:
         self.in_turn = False
         self.compacted = 0
         self.archived = 0
+        self.released = 0
         self.can_compact = True
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
@@ -73,6 +74,10 @@ class FakeRuntime:
 
     async def archive(self) -> None:
         self.archived += 1
+
+    async def release(self) -> bool:
+        self.released += 1
+        return True
 
     def interrupt(self) -> bool:
         if not self.in_turn:

@@ -291,3 +291,30 @@ def test_a_turn_report_and_the_parents_wake_commit_together(tmp_path: Path) -> N
         raise RuntimeError("the turn's end failed to commit")
     assert WakeTable(store, 0).waiting() == [] and table.get(row.id).turns == 0
     assert dataclasses.replace(report).parent_wake == "a"
+
+
+async def test_an_idle_sub_agents_agent_is_let_go_once_and_its_next_message_still_runs_a_turn(tmp_path: Path) -> None:
+    idle = SubagentLimits(idle_release=0.2)
+    async with hive(tmp_path, answer("done"), limits=idle) as (subagents, _, runtimes):
+        row, _ = await subagents.start(0, "work")
+        runtime = runtimes[row.id]
+
+        async def released(times: int) -> bool:
+            return runtime.released == times
+
+        await until(lambda: released(1))
+        await anyio.sleep(0.5)  # once for each idle spell, not every 0.2 s
+        assert runtime.released == 1 and len(runtime.prompts) == 1
+        await subagents.message(0, row.id, "more")
+        await until(lambda: released(2))
+        assert len(runtime.prompts) == 2 and (await subagents.status(0, row.id)).turns == 2
+
+
+async def test_a_sub_agent_in_a_turn_keeps_its_agent_however_long_the_turn(tmp_path: Path) -> None:
+    async with hive(tmp_path, limits=SubagentLimits(idle_release=0.1), hang=True) as (subagents, _, runtimes):
+        row, _ = await subagents.start(0, "a long one")
+        runtime = runtimes[row.id]
+        with anyio.fail_after(5):
+            await runtime.started.wait()
+        await anyio.sleep(0.5)
+        assert runtime.in_turn and runtime.released == 0

@@ -295,6 +295,7 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         max_concurrent=r.count("HIVE_SUBAGENT_MAX_CONCURRENT", defaults.max_concurrent, least=1),
         max_depth=r.count("HIVE_SUBAGENT_MAX_DEPTH", defaults.max_depth, least=0),
         budget=r.seconds("HIVE_SUBAGENT_BUDGET", defaults.budget),
+        idle_release=r.seconds("HIVE_SUBAGENT_IDLE_RELEASE", defaults.idle_release),
     )
 
     web_port = r.port("HIVE_WEB_PORT")

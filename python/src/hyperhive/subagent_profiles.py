@@ -28,17 +28,19 @@ PROFILE_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 DEFAULT_MAX_CONCURRENT = 4
 DEFAULT_MAX_DEPTH = 2
 DEFAULT_BUDGET = 3600.0
+DEFAULT_IDLE_RELEASE = 120.0
 MAX_FILE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class SubagentLimits:
     """Sub-agents working at once per parent; how deep they may nest (the service's agent is depth 0); the
-    turn time a sub-agent may spend when its profile sets no budget."""
+    turn time a sub-agent may spend when its profile sets no budget; how long an idle one keeps its agent."""
 
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     max_depth: int = DEFAULT_MAX_DEPTH
     budget: float = DEFAULT_BUDGET
+    idle_release: float = DEFAULT_IDLE_RELEASE
 
 
 @dataclass(frozen=True)

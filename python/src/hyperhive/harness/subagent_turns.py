@@ -15,7 +15,7 @@ import anyio
 from hyperhive.harness.loop import TurnLoop
 from hyperhive.harness.records import TurnEnd
 from hyperhive.runtime import Runtime
-from hyperhive.runtime.base import Sink
+from hyperhive.runtime.base import Releasable, Sink
 from hyperhive.runtime.errors import SessionLost, TurnError
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.store.subagents import SubagentRow, SubagentState, TurnReport
@@ -41,7 +41,7 @@ class Running:
 
     row: SubagentRow
     budget: float
-    runtime: Runtime | None = None
+    runtime: Budgeted | None = None
     loop: TurnLoop | None = None
     waiters: int = 0
     inline: TurnReport | None = None  # a report decided for an inline waiter: no wake was written
@@ -50,6 +50,7 @@ class Running:
     busy_ms: int = 0
     spent: bool = False
     lost: SessionLost | None = None
+    idle_since: float | None = None  # when its last turn ended (anyio's clock); None while one runs
 
     @property
     def id(self) -> int:
@@ -73,7 +74,7 @@ class Reporter:
         answer = None
         state: SubagentState
         if r.lost is not None:
-            state, error = "interrupted", f"the service restarted and {r.lost.message}"
+            state, error = "interrupted", r.lost.message
             wake = f"sub-agent {sid} was interrupted: {error}. Start a new one to do its task again."
         elif r.spent:
             state, error = "spent", f"its time budget of {r.budget:g} s of turns is spent"
@@ -128,6 +129,7 @@ class Budgeted:
         # body raises in an ExceptionGroup, which the turn loop does not read as the turn's failure (every
         # failed turn of a sub-agent, a watchdog's included, ended the whole service).
         outcome: ResultLine | Exception
+        self.running.idle_since = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, left)
             try:
@@ -136,6 +138,7 @@ class Budgeted:
                 outcome = exc
             finally:
                 tg.cancel_scope.cancel()
+                self.running.idle_since = anyio.current_time()
         if isinstance(outcome, SessionLost):
             self.running.lost = outcome
         if isinstance(outcome, Exception):
@@ -156,6 +159,9 @@ class Budgeted:
 
     def interrupt(self) -> bool:
         return self.inner.interrupt()
+
+    async def release(self) -> bool:
+        return await self.inner.release() if isinstance(self.inner, Releasable) else False
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -11,6 +11,9 @@ A parent waiting inline (`start` with `wait_seconds`) gets the answer there inst
 
 Limits: sub-agents working at once per parent, depth (a sub-agent may start its own only when its profile
 allows and the depth permits), a time budget of turn time per sub-agent, and its runtime's idle watchdog.
+Idle sub-agents are not limited in number, so what they hold is let go: an ACP agent's process, kept
+between turns, is stopped once its sub-agent has been idle `HIVE_SUBAGENT_IDLE_RELEASE` seconds (the next
+message starts it again, resuming its session; `interrupted` if it cannot).
 
 A restart takes up every sub-agent that has not ended: the cut turn's wakes are carried again in its
 resumed session (session/load, claude's resume); an ACP agent that cannot resume it ends the sub-agent
@@ -298,7 +301,25 @@ class Subagents:
         )
         self.running[row.id] = running
         self._tg.start_soon(self._drive, running)
+        self._tg.start_soon(self._release_when_idle, running)
         return running
+
+    async def _release_when_idle(self, running: Running) -> None:
+        """Let go of the sub-agent's agent process once it has been idle long enough, until its loop ends."""
+        after = self.limits.idle_release
+        while not running.done.is_set():
+            since = running.idle_since
+            wait = after if since is None else since + after - anyio.current_time()
+            if wait > 0:
+                with anyio.move_on_after(wait):
+                    await running.done.wait()
+                continue
+            running.idle_since = None  # until its next turn ends
+            assert running.runtime is not None
+            if await running.runtime.release():
+                log.info(
+                    "sub-agent %d idle for %g s: its agent process is stopped until its next turn", running.id, after
+                )
 
     async def _drive(self, running: Running) -> None:
         assert running.loop is not None and running.runtime is not None

@@ -8,7 +8,7 @@ failed `result` line has then already gone to the sink, and the error carries it
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hyperhive.runtime.stream import ResultLine, StreamLine
 
@@ -47,6 +47,16 @@ class Runtime(Protocol):
 
     async def aclose(self) -> None:
         """Stop any agent process this runtime keeps between turns (bounded: EOF, TERM, KILL)."""
+        ...
+
+
+@runtime_checkable
+class Releasable(Protocol):
+    """A runtime that keeps an agent process between turns and can let it go while idle."""
+
+    async def release(self) -> bool:
+        """Stop the agent process kept between turns; the next turn starts it again and resumes the session.
+        False when nothing was stopped (no process, or one whose session could not be resumed)."""
         ...
 
 

@@ -93,8 +93,8 @@ class AgentReportedFailure(TurnError):
 
 
 class SessionLost(TurnError):
-    """A session that had to be resumed could not be (a sub-agent after a restart: a fresh session would run
-    its work again without what it knew)."""
+    """A session that had to be resumed could not be (a sub-agent after a restart, or after its idle agent was
+    stopped: a fresh session would run its work again without what it knew)."""
 
     def __init__(self, agent: str, session_id: str, reason: str) -> None:
         super().__init__(

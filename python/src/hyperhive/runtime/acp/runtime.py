@@ -152,6 +152,21 @@ class AcpRuntime:
         control.cancel()
         return True
 
+    async def release(self) -> bool:
+        """Stop the agent between turns (an idle sub-agent's: harness/subagents.py); the next turn starts it
+        again and loads the session. Kept when the agent cannot load sessions: its conversation would be lost.
+        """
+        async with self._lock:  # after the turn in flight, if any
+            link = self._link
+            if link is None or self._closed or not link.can_load:
+                return False
+            self._link = None
+            # The next start resumes this session or fails the turn (SessionLost): a new one would forget it.
+            self.must_resume = True
+            await link.shutdown(grace=self.shutdown_grace)
+        logger.info("stopped %s while idle; its next turn starts it again", link.label)
+        return True
+
     async def aclose(self) -> None:
         """Stop the agent: session/close if offered, EOF, TERM, KILL, each bounded; it is reaped."""
         self._closed = True
