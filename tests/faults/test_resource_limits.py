@@ -440,10 +440,15 @@ def test_a_full_state_directory_is_named_and_held_back_writes_land_once_freed(tm
             30,
         )
         task_go.touch()  # the task ends; its end and wake cannot be written, and are answered from memory
-        # Polled, not waited on: a caller waiting inline would get the end instead of a wake.
-        ended = wait_until(
-            "the task's end", lambda: (v := task_status(service.state, task))["status"] == "done" and v, service, 20
+        # Its end decided before anyone asks: a `status` call in flight when the task ends counts as waiting
+        # inline (even with wait_seconds 0: it is answered the end) and no wake is written for it.
+        wait_until(
+            "the task's end decided",
+            lambda: f"task {task} ended done; recording it failed" in service.text(),
+            service,
+            20,
         )
+        ended = task_status(service.state, task)
         assert ended["status"] == "done" and ended["exit_code"] == 7, ended
         assert service.proc.poll() is None
 
