@@ -70,5 +70,11 @@ def _why(path: Path, exc: OSError) -> str:
 
 
 def last_lines(text: str, count: int) -> str:
-    lines = text.rstrip("\n").splitlines()
-    return "\n".join(lines[-count:])
+    """The last `count` lines as `tail -n` counts them, each as a terminal leaves it.
+
+    Only a newline ends a line (str.splitlines also splits at a carriage return, U+2028, form feeds...: a
+    progress bar's hundred `\r` updates were a hundred lines, and pushed what the task printed before them
+    out of the tail); of a line rewritten with `\r`, what came after the last one is kept, as a terminal
+    shows it (and a CRLF ending is no rewrite)."""
+    lines = text.rstrip("\n").split("\n")[-count:]
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
