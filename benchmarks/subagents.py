@@ -1,4 +1,5 @@
-"""Benchmark sub-agents: start → the sub-agent has its prompt, its answer → the parent's wake, memory per idle one.
+"""Benchmark sub-agents: start → the sub-agent has its prompt, its answer → the parent's wake, memory per idle one,
+a message to an idle one.
 
     .venv/bin/python benchmarks/subagents.py [-n 20] [--settle 2]
 
@@ -18,7 +19,10 @@ each of the three in turn:
     `created_at` (stamped inside the turn end's transaction), → the parent's agent has it in a prompt (so
     it was committed, the parent's loop rung and its turn begun).
 (c) a fresh service with 0, 1, 4, 8 idle sub-agents (each answered its first turn; its agent process is kept
-    for the next): RSS and PSS of the service alone and of its whole process tree.
+    for the next, as it is for HIVE_SUBAGENT_IDLE_RELEASE, 120 s): RSS and PSS of the service alone and of its
+    whole process tree; then, in a service that stops an idle sub-agent's agent after 2 s, 8 of them stopped.
+(d) `subagent_message` to an idle sub-agent → its agent has the message: kept (after each (b)), and stopped
+    (then started again, its session loaded: the price of stopping it).
 
 No peer runs sub-agents offline here (claude's `Task`, codex, opencode's `task` need their model), so the
 start is compared with the agent's own start-up and with the main agent's first turn.
@@ -59,6 +63,7 @@ RESULTS_JSON = HERE / "subagents_results.json"
 # busy poll would take CPU from the agent starting up.
 POLL = 0.02
 LEVELS = (0, 1, 4, 8)
+RELEASE = 2  # HIVE_SUBAGENT_IDLE_RELEASE for (c)'s stopped agents and (d)
 STEPS = ("boot", "initialize", "session", "arrival")
 IDLE_SUBAGENTS = "SELECT COUNT(*) FROM subagents WHERE state = 'idle'"
 
@@ -102,8 +107,8 @@ class Clock:
         return {step: mine[step] - t0 for step in STEPS}
 
 
-def agent_env(state: Path, work: Path, clock: Clock) -> dict[str, str]:
-    return acp_service_env(state, work, str(AGENT), "--stats", str(clock.path))
+def agent_env(state: Path, work: Path, clock: Clock, **extra: str) -> dict[str, str]:
+    return {**acp_service_env(state, work, str(AGENT), "--stats", str(clock.path)), **extra}
 
 
 @dataclass
@@ -136,11 +141,13 @@ class Service:
 
 
 @asynccontextmanager
-async def service(root: Path, clock: Clock) -> AsyncIterator[Service]:
+async def service(root: Path, clock: Clock, **env: str) -> AsyncIterator[Service]:
     state, work = root / "state", root / "work"
     work.mkdir(parents=True)
     proc = subprocess.Popen(  # noqa: ASYNC220 (started before anything is measured)
-        [sys.executable, "-m", "hyperhive", "agent"], env=agent_env(state, work, clock), stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "hyperhive", "agent"],
+        env=agent_env(state, work, clock, **env),
+        stderr=subprocess.DEVNULL,
     )
     try:
         ready = lambda: (state / "http.json").exists() and (state / "harness.sock").exists()  # noqa: E731
@@ -222,9 +229,63 @@ async def subagent_round(svc: Service, clock: Clock, mark: str) -> tuple[dict[st
     answer = await clock.wait("answer", lambda r: r["session"] == arrival["session"])
     parent = await clock.wait("arrival", lambda r: source in r["sources"])
     wake = {"created": created - answer["t"], "parent_prompt": parent["t"] - answer["t"]}
+    await until(svc.idle)
+    t1, again = await message(svc, clock, sid, f"{mark}-again")  # (d): its agent is kept (idle 120 s before release)
+    wake["kept_message"] = again["t"] - t1
     await svc.call("subagent_cancel", id=sid)  # by its parent: no wake; its agent process is stopped
     await until(svc.idle)
     return steps, wake
+
+
+async def message(svc: Service, clock: Clock, sid: int, mark: str) -> tuple[float, dict[str, Any]]:
+    """`subagent_message` → the sub-agent's agent has it in a prompt: the call's time and the arrival."""
+    t0 = time.time()
+    await svc.call("subagent_message", id=sid, body=f"{mark}: say again")
+    arrival = await clock.wait("arrival", lambda r: mark in r["marks"])
+    await until(svc.idle)
+    return t0, arrival
+
+
+async def start_idle(svc: Service, count: int, mark: str) -> None:
+    """`count` sub-agents started and answered (at most 4 working at once: HIVE_SUBAGENT_MAX_CONCURRENT)."""
+    (started,) = svc.store.one("SELECT COUNT(*) FROM subagents", ())
+    target = started + count
+    while started < target:
+        for _ in range(min(4, target - started)):
+            started += 1
+            await svc.call("subagent_start", task=f"{mark}-{started}: say hello")
+        answered = lambda n=started: svc.store.one(IDLE_SUBAGENTS, ())[0] == n  # noqa: E731
+        await until(answered)
+    await until(svc.idle)
+
+
+async def sampled(svc: Service, settle: float) -> dict[str, float]:
+    await anyio.sleep(settle)
+    samples = []
+    for _ in range(5):
+        samples.append(memory(svc.proc.pid))
+        await anyio.sleep(0.2)
+    return {k: median([s[k] for s in samples]) for k in samples[0]}
+
+
+async def released(root: Path, clock: Clock, settle: float, rounds: int) -> dict[str, Any]:
+    """(c) with HIVE_SUBAGENT_IDLE_RELEASE: 0 and 8 idle sub-agents once their agents are stopped; (d) a
+    message to one of them: its agent started again, its session loaded, until it has the message."""
+    async with service(root, clock, HIVE_SUBAGENT_IDLE_RELEASE=str(RELEASE)) as svc:
+        await svc.control.call("send", body="mark-rel-main", **{"from": "bench"})  # the main agent is spawned
+        await clock.wait("answer", lambda r: "bench" in r["sources"])
+        await until(svc.idle)
+        base = await sampled(svc, settle)
+        await start_idle(svc, LEVELS[-1], "mark-rel")
+        stopped = lambda: len(tree(svc.proc.pid)) == base["processes"]  # noqa: E731
+        await until(stopped, within=RELEASE + 60)
+        top = await sampled(svc, settle)
+        messages = []
+        for i in range(rounds):
+            await until(stopped, within=RELEASE + 60)
+            t0, arrival = await message(svc, clock, 1 + i % LEVELS[-1], f"mark-rel-msg-{i}")
+            messages.append(clock.steps(t0, arrival))
+    return {"base": base, "top": top, "messages": messages}
 
 
 def _status_kib(pid: int, key: str) -> int:
@@ -275,25 +336,14 @@ def memory(pid: int) -> dict[str, float]:
 
 async def memory_levels(root: Path, clock: Clock, settle: float) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
-    async with service(root, clock) as svc:
+    async with service(root, clock) as svc:  # agents kept: measured well within the 120 s before release
         await svc.control.call("send", body="mark-mem-main", **{"from": "bench"})  # the main agent is spawned
         await clock.wait("answer", lambda r: "bench" in r["sources"])
-        started = 0
+        previous = 0
         for level in LEVELS:
-            while started < level:
-                batch = min(4, level - started)  # at most 4 working at once (HIVE_SUBAGENT_MAX_CONCURRENT)
-                for _ in range(batch):
-                    started += 1
-                    await svc.call("subagent_start", task=f"mark-mem-{started}: say hello")
-                answered = lambda n=started: svc.store.one(IDLE_SUBAGENTS, ())[0] == n  # noqa: E731
-                await until(answered)
-            await until(svc.idle)
-            await anyio.sleep(settle)
-            samples = []
-            for _ in range(5):
-                samples.append(memory(svc.proc.pid))
-                await anyio.sleep(0.2)
-            out[level] = {k: median([s[k] for s in samples]) for k in samples[0]}
+            await start_idle(svc, level - previous, "mark-mem")
+            previous = level
+            out[level] = await sampled(svc, settle)
     return out
 
 
@@ -322,6 +372,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     file=sys.stderr,
                 )
         r["memory"] = await memory_levels(tmp / "memory", clock, args.settle)
+        r["released"] = await released(tmp / "released", clock, args.settle, args.n)
         r["load"] = [load_before, os.getloadavg()]
     return r
 
@@ -390,6 +441,20 @@ def report(r: dict[str, Any], argv: list[str]) -> str:
             "",
         )
     )
+    rel = r["released"]
+    m = rel["top"]
+    rows.append(
+        (
+            f"(c) {LEVELS[-1]} idle sub-agents, agents stopped ({RELEASE} s idle)",
+            f"service RSS {m['service_rss']:.1f} MiB; tree of {m['processes']:.0f} processes RSS "
+            f"{m['tree_rss']:.1f} MiB (PSS {m['tree_pss']:.1f}); with none {rel['base']['tree_rss']:.1f} MiB",
+            "HIVE_SUBAGENT_IDLE_RELEASE",
+        )
+    )
+    kept = col(r["wake"], "kept_message")
+    rows.append(("(d) `subagent_message` → the idle sub-agent's agent has it: agent kept", ms(kept), ""))
+    rows.append(("(d) … agent stopped: started again, session loaded", ms(col(rel["messages"], "arrival")), ""))
+    rows.append(("(d) where the time goes: agent stopped", split(rel["messages"]), "medians"))
     (l1, _, _), (l2, _, _) = r["load"]
     note = f" {r['rounds']} rounds; load average {l1:.2f} before, {l2:.2f} after."
     columns = ["measure", "result, median (p90)", "target / note"]
