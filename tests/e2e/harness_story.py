@@ -79,6 +79,6 @@ def turns(svc: Service, agent: int = 0) -> list[dict[str, Any]]:
 
     with Store(svc.state / "hyperhive.db") as store:
         rows = store.db.execute(
-            "SELECT id, outcome, wake_ids, error FROM turns WHERE agent = ? ORDER BY id", (agent,)
+            "SELECT id, outcome, wake_ids, error, session_id FROM turns WHERE agent = ? ORDER BY id", (agent,)
         ).fetchall()
-    return [{"id": r[0], "outcome": r[1], "wakes": json.loads(r[2]), "error": r[3]} for r in rows]
+    return [{"id": r[0], "outcome": r[1], "wakes": json.loads(r[2]), "error": r[3], "session_id": r[4]} for r in rows]

@@ -4,8 +4,9 @@ delegating to claude-agent-acp, each against its fake provider (issue 17).
 The story, driven only by what the operator sends and what tasks print:
 `hyperhive send` → the parent calls `subagent_start` with a task and the profile `helper` (HIVE_SUBAGENTS)
 → the sub-agent, its own agent process in its own session, starts a background task with `run`
-(`wait_seconds: 0`) and ends its turn (that answer wakes the parent once: `from: subagent-<id>`) → the task
-ends and its wake is the sub-agent's, not the parent's → the sub-agent runs one more command inline, whose
+(`wait_seconds: 0`) and ends its turn (that answer wakes the parent once: `from: subagent-<id>`) → idle, its
+agent is stopped (HIVE_SUBAGENT_IDLE_RELEASE) → the task ends and its wake is the sub-agent's, not the
+parent's; a new agent process loads the sub-agent's session → the sub-agent runs one more command inline, whose
 output is the parent's next directive, and ends its turn with it → that answer wakes the parent → the
 parent calls `reply` → the operator reads it in the outbox.
 
@@ -61,6 +62,9 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path, peers_bin: Path) -> Ite
             "HIVE_IDLE_TIMEOUT": "60",
             "HIVE_CANCEL_GRACE": "5",
             "HIVE_SUBAGENTS": str(profiles),
+            # The sub-agent's agent is stopped while it waits for its task (sleep 2) and started again by the
+            # task's wake: its second turn is in a new process that loads its session.
+            "HIVE_SUBAGENT_IDLE_RELEASE": "1",
             **service_agent_env(parent, tmp_path, providers[parent], peers_bin),
         }
         yield Pair(parent, child, env)
@@ -110,6 +114,9 @@ def test_a_parent_delegates_to_another_agent_whose_background_task_wakes_it_and_
         sub_turns = turns(svc, sub)
         assert [t["outcome"] for t in sub_turns] == ["answered", "answered"], sub_turns
         assert sub_turns[1]["wakes"] == [task_wake]
+        # Its agent was stopped between them and its session loaded again (HIVE_SUBAGENT_IDLE_RELEASE).
+        assert sub_turns[0]["session_id"] == sub_turns[1]["session_id"] is not None
+        assert f"sub-agent {sub} idle for 1 s: its agent process is stopped until its next turn" in svc.text()
         ((state, n, answer),) = rows(svc, "SELECT state, turns, answer FROM subagents WHERE id = ?", sub)
         assert (state, n) == ("idle", 2) and ANSWER in answer
 
