@@ -54,6 +54,13 @@ def test_init_warns_about_an_mcp_server_that_did_not_connect() -> None:
     assert render(doc)[1:] == ["! mcp server files: failed"]
 
 
+def test_init_does_not_warn_about_an_acp_agents_servers_only_known_to_be_configured() -> None:
+    # An ACP agent does not say how its MCP servers fared: every turn of the demo showed two false alarms.
+    servers = [{"name": "bash", "status": "configured"}, {"name": "hyperhive", "status": "configured"}]
+    doc = {"type": "system", "subtype": "init", "session_id": "s", "mcp_servers": servers}
+    assert render(doc) == ["● session s"]
+
+
 def test_plain_assistant_text_is_printed_as_is() -> None:
     assert render(assistant({"type": "text", "text": "line one\nline two\n"})) == ["line one\nline two"]
 

@@ -109,7 +109,8 @@ def _system(line: SystemLine, paint: _Painter) -> list[str]:
         model = extra.get("model")
         out = [paint(f"{head} ({model})" if model else head, _BOLD)]
         for server in extra.get("mcp_servers") or []:
-            if isinstance(server, dict) and server.get("status") not in (None, "connected"):
+            # `configured`: an ACP agent's servers, passed on with no word of how they fared; not a warning.
+            if isinstance(server, dict) and server.get("status") not in (None, "connected", "configured"):
                 out.append(paint(f"! mcp server {server.get('name')}: {server.get('status')}", _YELLOW))
         return out
     if line.subtype == "api_retry":
