@@ -320,12 +320,15 @@ class Container:
         """The machine's own cgroup, directly under each hierarchy's root (see `boot`)."""
         return f"hyperhive-rig.{self.name}"
 
+    def cgroup_dirs(self) -> list[Path]:
+        """The machine's own cgroup in each hierarchy systemd-nspawn uses (v2, and on a hybrid host v1's
+        name=systemd)."""
+        return [base / self.cgroup_name for base in cgroup_hierarchies()]
+
     def _own_cgroups(self) -> list[str]:
-        """A fresh cgroup for this machine in each hierarchy systemd-nspawn uses (v2, and on a hybrid host
-        v1's name=systemd), directly under the hierarchy's root."""
+        """The machine's cgroups, made fresh."""
         made = []
-        for base in cgroup_hierarchies():
-            own = base / self.cgroup_name
+        for own in self.cgroup_dirs():
             try:
                 own.mkdir(exist_ok=True)
             except OSError as exc:
@@ -336,8 +339,7 @@ class Container:
     def _forget(self) -> None:
         self.proc, self.leader = None, 0
         # The machine's cgroups, emptied (--keep-unit leaves empty ones behind: systemd-here.md) and removed.
-        for base in cgroup_hierarchies():
-            own = base / self.cgroup_name
+        for own in self.cgroup_dirs():
             if not own.is_dir():
                 continue
             with contextlib.suppress(OSError):

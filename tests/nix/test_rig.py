@@ -13,14 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.nix.rig import Container, RigUnavailable, booted, cgroup_hierarchies
-
-
-def _v2_cgroup(pid: int) -> str:
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        if line.startswith("0::"):
-            return line[3:]
-    raise AssertionError(f"pid {pid} is in no cgroup v2")
+from hyperhive.procs.cgroup import own_cgroup
+from tests.nix.rig import Container, RigUnavailable, booted
 
 
 def test_machines_booted_together_have_cgroup_trees_of_their_own_and_leave_none(tmp_path: Path) -> None:
@@ -28,11 +22,11 @@ def test_machines_booted_together_have_cgroup_trees_of_their_own_and_leave_none(
     try:
         with contextlib.ExitStack() as stack:
             machines: list[Container] = [stack.enter_context(booted(n, tmp_path / f"{n}.log")) for n in names]
-            trees = [_v2_cgroup(m.leader) for m in machines]
+            trees = [own_cgroup(m.leader) or "" for m in machines]
             assert trees[0] != trees[1]
             for tree, m in zip(trees, machines, strict=True):
                 assert tree.startswith(f"/{m.cgroup_name}/"), tree
     except RigUnavailable as exc:
         pytest.skip(f"real-systemd rig unavailable: {exc}")
-    left = [p for base in cgroup_hierarchies() for n in names if (p := base / f"hyperhive-rig.{n}").exists()]
+    left = [p for m in machines for p in m.cgroup_dirs() if p.exists()]
     assert left == [], "a stopped machine left its cgroups behind"

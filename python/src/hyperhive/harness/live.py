@@ -203,11 +203,11 @@ class JournalSink:
     """A turn's lines as readable log lines (the journal under systemd), as `hyperhive turn --render` shows;
     at most `JOURNAL_TURN_CHARS` of them, then one line saying the rest is in the transcript."""
 
-    def __init__(self, logger: logging.Logger, turn_id: int, agent: int = 0, budget: int = JOURNAL_TURN_CHARS) -> None:
+    def __init__(self, logger: logging.Logger, turn_id: int, agent: int = 0) -> None:
         self.log = logger
         self.turn_id = turn_id
         self.who = f"subagent-{agent} " if agent else ""
-        self.budget = budget
+        self.budget = JOURNAL_TURN_CHARS  # what is left of it
         self.left_out = 0  # rendered lines over the budget
 
     async def emit(self, line: StreamLine) -> None:
@@ -219,17 +219,19 @@ class JournalSink:
                 for text in texts:
                     self._log(text)
                 return
-            for rendered in texts:
-                text = rendered
-                if len(text) > JOURNAL_LINE_CHARS:
-                    text = f"{text[:JOURNAL_LINE_CHARS]}… ({len(text) - JOURNAL_LINE_CHARS} more characters)"
-                if self.left_out or len(text) > self.budget:
-                    if not self.left_out:
-                        self._log("the rest of this turn's output is not logged (the transcript has it)")
-                    self.left_out += 1
-                    continue
-                self.budget -= len(text)
-                self._log(text)
+            for text in texts:
+                self._within_budget(text)
+
+    def _within_budget(self, text: str) -> None:
+        if len(text) > JOURNAL_LINE_CHARS:
+            text = f"{text[:JOURNAL_LINE_CHARS]}… ({len(text) - JOURNAL_LINE_CHARS} more characters)"
+        if self.left_out or len(text) > self.budget:
+            if not self.left_out:
+                self._log("the rest of this turn's output is not logged (the transcript has it)")
+            self.left_out += 1
+            return
+        self.budget -= len(text)
+        self._log(text)
 
     def _log(self, text: str) -> None:
         self.log.info("%sturn %d: %s", self.who, self.turn_id, text)
