@@ -31,8 +31,8 @@ def assert_runs_as(machine, user):
     main = machine.succeed("systemctl show -P MainPID hyperhive-agent.service").strip()
     machine.succeed(f"test \"$(stat -c %u /proc/{main})\" = {uid}")
     machine.succeed(f"{HH} send 'who runs here?'")
-    # `[t]`: the driver runs each command as root under `timeout … sh -c CMD`, whose own command line
-    # would match a plain pattern.
+    # `[t]`: the driver runs each command as root under `timeout … bash -c 'set -euo pipefail; CMD'`,
+    # whose own command line would match a plain pattern.
     machine.wait_until_succeeds(f"pgrep -u {uid} -f demo-agen[t]", timeout=120)
     machine.fail("pgrep -u 0 -f demo-agen[t]")
     start_task(machine, "id -u > /var/lib/hyperhive/task-uid")

@@ -15,7 +15,9 @@ users-groups, test-instrumentation.nix), before the machine's first boot:
 - its system profile, /run/current-system/sw: `environment.systemPackages` and NixOS's core packages.
 
 Commands run as the driver's backdoor shell runs them: root, HOME=/root, cwd /tmp, the profile's PATH and
-`environment.sessionVariables`, `timeout T sh -c CMD` under `set -euo pipefail`, stdout returned.
+`environment.sessionVariables`, and the driver's own line (test_driver/machine/__init__.py, `_execute`):
+`timeout T bash -c 'set -euo pipefail; CMD' | (base64 -w 0; echo)`, the status `${PIPESTATUS[0]}`. So a
+pipeline fails when any of its commands does, an unset variable fails the command, and CMD is bash's.
 
 What differs from a VM, by design: the kernel is the host's; the disk is an overlay over a Debian rootfs
 (its /usr is still there for programs that name it absolutely); a reboot keeps the disk.
@@ -23,6 +25,7 @@ What differs from a VM, by design: the kernel is the host's; the disk is an over
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
@@ -68,6 +71,13 @@ CORE_PACKAGES = [
     "systemd",
 ]
 SHELL_PATH = "/run/wrappers/bin:/run/current-system/sw/bin"
+
+
+def driver_line(command: str, timeout: int | None) -> str:
+    """What the NixOS test driver sends its backdoor shell for `execute(command, timeout=...)`: CMD under
+    bash with `set -euo pipefail`, bounded by coreutils' timeout, its stdout base64-encoded on one line."""
+    timeout_str = f"timeout {timeout}" if timeout is not None else ""
+    return f"{timeout_str} bash -c {shlex.quote(f'set -euo pipefail; {command}')} | (base64 -w 0; echo)"
 
 
 class MachineError(Exception):
@@ -253,16 +263,16 @@ class NixosMachine:
 
     def execute(self, command: str, check_return: bool = True, timeout: int | None = 900) -> tuple[int, str]:
         self._need_boot()
-        if timeout is not None:
-            command = f"timeout {timeout} sh -c {shlex.quote(command)}"
         env = ["HOME=/root", "USER=root", "PAGER=", f"PATH={SHELL_PATH}"]
         env += [f"{k}={v}" for k, v in self.node.session_variables.items()]
-        wrapped = f"cd /tmp && ( set -euo pipefail; {command} )"
-        argv = ["/usr/bin/env", "-i", *env, "/bin/bash", "--norc", "-c", wrapped]
+        # The backdoor shell (bash, in /tmp) is sent the driver's line, then asked for ${PIPESTATUS[0]}.
+        shell = f'cd /tmp\n{driver_line(command, timeout)}\nexit "${{PIPESTATUS[0]}}"\n'
+        argv = ["/usr/bin/env", "-i", *env, "/bin/bash", "--norc", "-c", shell]
         proc = self.container.run(*argv, check=False, timeout=(timeout or 3600) + 30)
         if proc.stderr:
             self.log(proc.stderr.rstrip())
-        return (proc.returncode if check_return else -1), proc.stdout
+        output = base64.b64decode(proc.stdout).decode(errors="replace")
+        return (proc.returncode if check_return else -1), output
 
     def succeed(self, *commands: str, timeout: int | None = None) -> str:
         output = ""

@@ -97,3 +97,25 @@ def test_a_store_path_that_is_neither_built_nor_a_stub_is_refused(tmp_path: Path
     unknown = "/nix/store/" + "b" * 32 + "-nowhere"
     with pytest.raises(MachineError, match="neither a stub package"):
         _bare_machine(tmp_path, {})._materialize([f"ExecStart={unknown}/bin/x"])
+
+
+def test_commands_run_as_the_drivers_bash_under_pipefail_and_nounset(tmp_path: Path) -> None:
+    """The driver runs `timeout T bash -c 'set -euo pipefail; CMD'`: a pipeline whose first command fails
+    fails, an unset variable fails, bash's own syntax works, and the output comes back byte for byte.
+    (The stand-in once ran `timeout T sh -c CMD`, under which all three passed, and a VM script's
+    `… | grep -q` that is racy under the real driver passed every time.)"""
+    node = Node(name="m", services={}, users={}, groups=[], system_packages=[], session_variables={})
+    try:
+        ensure_venv()  # the rig binds it into every machine
+        with machine(f"vm-execute-{uuid.uuid4().hex[:6]}", tmp_path / "m.log") as container:
+            m = NixosMachine("m", container, node, stub_packages(), lambda _: None)
+            assert m.execute("false | true")[0] != 0
+            assert m.execute('echo "$NOT_SET_ANYWHERE"')[0] != 0
+            assert m.execute("[[ -o pipefail && -o nounset && -o errexit ]]")[0] == 0
+            assert m.execute("cat /proc/$PPID/comm") == (0, "timeout\n")  # bash's parent
+            assert m.execute("cat /proc/$PPID/comm", timeout=None)[1] != "timeout\n"
+            assert m.execute("pwd; printf 'a\\nb\\0c'") == (0, "/tmp\na\nb\0c")
+            assert m.execute("exit 3") == (3, "")
+            assert m.execute("sleep 5", timeout=1)[0] == 124
+    except RigUnavailable as exc:
+        pytest.skip(f"real-systemd rig unavailable: {exc}")
