@@ -54,21 +54,31 @@
           hyperhive = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
         in
         {
+          # What the README and .ci/run use for the Python side: python/pyproject.toml's dependencies, its
+          # build system and its `dev` extra, the names tests/nix/nixpkgs-python.toml maps (test_flake.py
+          # holds the two together). What differs from .ci/run's venv: nixpkgs' versions (pyproject's
+          # lower bounds hold for them), ruff as nixpkgs' package, and the browser tests' chromium.
           default = pkgs.mkShell {
             packages = [
               (hyperhive.passthru.python.withPackages (
                 ps: with ps; [
+                  # dependencies
                   mcp
                   agent-client-protocol
                   anyio
                   pydantic
                   click
+                  h11
+                  # build system
                   hatchling
+                  # the `dev` extra
                   pytest
                   pytest-timeout
                   pytest-xdist
                   hypothesis
                   mypy
+                  pyflakes
+                  playwright
                 ]
               ))
               pkgs.ruff
@@ -76,6 +86,10 @@
               pkgs.nix
               pkgs.nixfmt-tree
             ];
+            # The web view's browser tests (tests/process/web_browser.py) have Playwright drive a chromium
+            # executable of their own, never a browser Playwright downloads: nixpkgs' here, where .ci/run
+            # installs Debian's at /usr/bin/chromium.
+            HIVE_TEST_CHROMIUM = "${pkgs.chromium}/bin/chromium";
             shellHook = ''
               export PYTHONPATH="$PWD/python/src''${PYTHONPATH:+:$PYTHONPATH}"
             '';

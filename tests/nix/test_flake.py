@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tomllib
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.nix.nixtool import (
     FLAKE_CHECKS,
@@ -28,6 +30,10 @@ from tests.nix.nixtool import (
 pytestmark = [requires_nix, requires_lib]
 
 SYSTEMS = ("x86_64-linux", "aarch64-linux")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +196,35 @@ def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> No
     assert names == ["python3-env", "ruff", "nodejs", "nix", "nixfmt-tree"]
     py = nix_eval(flake, "devShells.x86_64-linux.default", "s: builtins.length s.packageNames")
     assert py == 5
+
+
+def test_dev_shell_python_is_pyprojects_dependencies_build_system_and_dev_extra(flake: tuple[Path, Path]) -> None:
+    """`nix develop` holds what .ci/run's venv does (python[dev]): each of pyproject's dependencies, its build
+    system and its `dev` extra, by its nixpkgs name (tests/nix/nixpkgs-python.toml maps those that differ),
+    nothing more; a tool nixpkgs has at top level (ruff) is one of the shell's own packages."""
+    pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
+    table = tomllib.loads((REPO / "tests/nix/nixpkgs-python.toml").read_text())
+    rows = {canonical(name): row for section in ("python", "dev") for name, row in table[section].items()}
+    wanted = [
+        *pyproject["project"]["dependencies"],
+        *pyproject["build-system"]["requires"],
+        *pyproject["project"]["optional-dependencies"]["dev"],
+    ]
+    python, top_level = set(), set()
+    for requirement in wanted:
+        name = canonical(Requirement(requirement).name)
+        assert name in rows, f"{name} (pyproject) has no row in tests/nix/nixpkgs-python.toml"
+        attr = rows[name].get("attr", name)
+        (top_level if rows[name].get("top_level") else python).add(attr)
+    shell = nix_eval(
+        flake,
+        "devShells.x86_64-linux.default",
+        "s: { names = s.packageNames; python = (builtins.head s.packages).packageNames;"
+        " chromium = s.HIVE_TEST_CHROMIUM; }",
+    )
+    assert sorted(shell["python"]) == sorted(python)
+    assert top_level <= set(shell["names"])
+    assert shell["chromium"].endswith("-chromium/bin/chromium")
 
 
 def test_module_builds_the_default_package_with_the_hosts_pkgs(flake: tuple[Path, Path]) -> None:

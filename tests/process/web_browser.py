@@ -16,7 +16,8 @@ import pytest
 
 from tests.process.harness_service import Service, running_service
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's, as .ci/run installs it; the flake's dev shell names nixpkgs' in HIVE_TEST_CHROMIUM.
+CHROMIUM = Path(os.environ.get("HIVE_TEST_CHROMIUM") or "/usr/bin/chromium")
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover - .ci/run installs it (python[dev])
 
 requires_browser = pytest.mark.skipif(
     sync_playwright is None or not CHROMIUM.exists(),
-    reason="needs Playwright (pip: python[dev]) and Debian's chromium (apt-get install chromium), as .ci/run installs",
+    reason=f"needs Playwright (pip: python[dev]) and chromium at {CHROMIUM} (apt-get install chromium), as .ci/run has",
 )
 
 

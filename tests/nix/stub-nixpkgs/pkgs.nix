@@ -44,6 +44,8 @@ let
     pytest-xdist = pyPkg "pytest-xdist" { version = "3.8.0"; };
     hypothesis = pyPkg "hypothesis" { version = "6.136.0"; };
     mypy = pyPkg "mypy" { version = "1.17.0"; };
+    pyflakes = pyPkg "pyflakes" { version = "3.4.0"; };
+    playwright = pyPkg "playwright" { version = "1.52.0"; };
   };
 
   mkPython =
@@ -125,11 +127,21 @@ let
     # A file in the store now (no build): the text's store paths stay as text, without their context,
     # which builtins.toFile refuses (the packages they name are stubs, materialized by the VM emulation).
     writeText = name: text: builtins.toFile name (builtins.unsafeDiscardStringContext text);
-    mkShell = attrs: drv "nix-shell" { packageNames = map (p: p.name) attrs.packages; };
+    # The shell's environment attributes stay on it, and its packages (test_flake.py reads the Python env's).
+    mkShell =
+      attrs:
+      drv "nix-shell" (
+        removeAttrs attrs [ "packages" ]
+        // {
+          packageNames = map (p: p.name) attrs.packages;
+          inherit (attrs) packages;
+        }
+      );
   }
   // lib.genAttrs [
     "nixfmt-tree"
     "ruff"
+    "chromium"
     "nodejs"
     "nix"
     "sqlite"
