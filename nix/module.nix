@@ -13,7 +13,12 @@
 }:
 let
   cfg = config.services.hyperhive.agent;
-  inherit (lib) mkOption types literalExpression;
+  inherit (lib)
+    mkOption
+    types
+    literalExpression
+    literalMD
+    ;
 
   stateDir = "/var/lib/hyperhive";
   workdir = toString cfg.workingDirectory;
@@ -26,6 +31,19 @@ let
   ];
   escape = lib.replaceStrings [ "%" ] [ "%%" ];
   staticUser = cfg.user != null && cfg.group != null;
+  # A person's account the host declares (isNormalUser) is used as it is: the module declares nothing
+  # of it. Any other `user` is declared here as a system user. Read lazily: only the user's
+  # isNormalUser, which the module never defines, so there is no cycle through users.users.
+  normalUser = cfg.user != null && config.users.users.${cfg.user}.isNormalUser;
+  # One argument of an Exec*= line: systemd unquotes it (C escapes) and expands `%` and `$` in it.
+  execArg = s: lib.replaceStrings [ "%" "$" ] [ "%%" "$$" ] (builtins.toJSON s);
+  # Creates the working directory for the user when it is missing; an existing one is left as it is.
+  createWorkdir = lib.concatStringsSep " " [
+    "[ -d ${lib.escapeShellArg workdir} ] ||"
+    "${pkgs.coreutils}/bin/install -d -m 0700"
+    "-o ${lib.escapeShellArg (toString cfg.user)} -g ${lib.escapeShellArg (toString cfg.group)}"
+    (lib.escapeShellArg workdir)
+  ];
 
   # The default `path`, by attribute of pkgs (also written into the option's defaultText).
   toolbox = [
@@ -200,7 +218,18 @@ in
   options.services.hyperhive.agent = {
     enable = lib.mkEnableOption "the hyperhive agent harness, which runs one coding agent turn after turn";
 
-    package = lib.mkPackageOption pkgs "hyperhive" { };
+    package = mkOption {
+      type = types.package;
+      default = pkgs.hyperhive;
+      defaultText = literalExpression ''pkgs.callPackage "''${hyperhive}/nix/package.nix" { }'';
+      description = ''
+        The hyperhive package: the service (`hyperhive agent`) and the operator command `hyperhive`,
+        which the module installs (`environment.systemPackages`). The flake's `nixosModules.default`
+        builds it from the flake's source with the host's own `pkgs` (the default shown); with
+        nix/module.nix imported alone it is `pkgs.hyperhive`, which the flake's `overlays.default`
+        provides.
+      '';
+    };
 
     inherit (runtimeOptions) runtime acp;
 
@@ -285,9 +314,38 @@ in
       default = stateDir;
       example = "/srv/repo";
       description = ''
-        The agent's working directory (and its background tasks' default). It must exist and be
-        writable by {option}`services.hyperhive.agent.user`; the unit makes it writable
-        (`ReadWritePaths=`) inside its otherwise read-only view of the system.
+        The agent's working directory (and its background tasks' default). The unit makes it writable
+        (`ReadWritePaths=`) inside its otherwise read-only view of the system. It must be writable by
+        {option}`services.hyperhive.agent.user`: with the transient user (`user = null`) that means
+        inside the state directory, the default. Outside it,
+        {option}`services.hyperhive.agent.createWorkingDirectory` creates it when missing.
+
+        The service runs with `UMask=0077`, here too: what the agent and its tasks write in this
+        directory (files, git objects) is readable by its user only, even in a repository that others
+        share. Give the others access yourself (e.g. git's `core.sharedRepository`, which sets the
+        modes of what git writes).
+      '';
+    };
+
+    createWorkingDirectory = mkOption {
+      type = types.bool;
+      default = staticUser && !underStateDir workdir && !underHome workdir;
+      defaultText = literalMD ''
+        `true` when `user` is set and the working directory is neither in the state directory nor under
+        `/home`, `/root` or `/run/user`
+      '';
+      example = true;
+      description = ''
+        Whether each start of the service first creates
+        {option}`services.hyperhive.agent.workingDirectory` when it is missing: owned by
+        {option}`services.hyperhive.agent.user` and its group, mode 0700 (its parents, when missing
+        too, belong to root with mode 0755). An existing directory is never changed, whoever owns it.
+        Without it, a missing directory fails every start (systemd's `WorkingDirectory=` and
+        `ReadWritePaths=`).
+
+        Off by default in a home directory, which belongs to a person; the state directory is created
+        by systemd (`StateDirectory=`) anyway. Needs a static user: a transient user's id is not known
+        before the unit starts.
       '';
     };
 
@@ -357,19 +415,35 @@ in
       default = null;
       example = "hyperhive";
       description = ''
-        The user the service runs as. null runs it as a transient user (`DynamicUser=`); a name
-        creates that system user, for a working directory owned by it.
+        The user the service runs as. null runs it as a transient user (`DynamicUser=`). A name runs it
+        as that user, for a working directory owned by it:
+
+        - a person's account the host declares (`users.users.<name>.isNormalUser = true`) is used as
+          declared: the module adds nothing to it (its home, shell and groups stay the host's);
+        - any other name is declared as a system user (`isSystemUser = true`, its group
+          {option}`services.hyperhive.agent.group`, its home the state directory unless declared
+          elsewhere), which also suits a system user another module declares (set
+          {option}`services.hyperhive.agent.group` to its group if that is not named like it).
       '';
     };
 
     group = mkOption {
       type = types.nullOr types.str;
-      default = cfg.user;
-      defaultText = literalExpression "config.services.hyperhive.agent.user";
+      default =
+        if cfg.user == null then
+          null
+        else if normalUser then
+          config.users.users.${cfg.user}.group
+        else
+          cfg.user;
+      defaultText = literalMD ''
+        null without a user; for a normal user the host declares, that user's primary group
+        (`users.users.<user>.group`, `"users"` unless set); otherwise a group named like the user
+      '';
       description = ''
-        The group a static {option}`services.hyperhive.agent.user` runs as (`Group=`), declared along
-        with the user. Not null when a user is set; null without one (the transient `DynamicUser=`
-        brings its own group).
+        The group a static {option}`services.hyperhive.agent.user` runs as (`Group=`), declared as a
+        group too (`users.groups`). Not null when a user is set; null without one (the transient
+        `DynamicUser=` brings its own group).
       '';
     };
   };
@@ -389,14 +463,27 @@ in
           assertion = cfg.user != null || cfg.group == null;
           message = "services.hyperhive.agent: group = \"${toString cfg.group}\" needs user to be set too (without a user the service runs as a transient DynamicUser with its own group)";
         }
+        {
+          assertion = !cfg.createWorkingDirectory || staticUser;
+          message = "services.hyperhive.agent: createWorkingDirectory needs user (and group) to be set: the directory is created for them, and a transient DynamicUser's id is not known before the unit starts; set user, or createWorkingDirectory = false and workingDirectory inside ${stateDir}";
+        }
       ];
 
-    # Only a complete static identity is declared; an incomplete one fails the assertions above.
-    users.users = lib.mkIf staticUser {
-      ${cfg.user} = {
+    # The operator command, for root's `hyperhive send|status|outbox`, and where it finds the service.
+    environment.systemPackages = [ cfg.package ];
+    environment.sessionVariables.HIVE_STATE_DIR = lib.mkDefault stateDir;
+
+    # A system user unless the host declares a person's account of that name. The condition reads
+    # users.users, so it sits on each value, which only that option reads: on the user's attribute
+    # itself, users.users' names would depend on its own values. normalUser comes first: a normal
+    # user's group (the default of `group`) is read through this very definition. Only a complete
+    # static identity is declared; an incomplete one fails the assertions above.
+    users.users = lib.optionalAttrs (cfg.user != null) {
+      ${cfg.user} = lib.mapAttrs (_: lib.mkIf (!normalUser && staticUser)) {
         isSystemUser = true;
         inherit (cfg) group;
-        home = stateDir;
+        # A system user declared elsewhere keeps its own home.
+        home = lib.mkDefault stateDir;
       };
     };
     users.groups = lib.mkIf staticUser { ${cfg.group} = { }; };
@@ -412,6 +499,8 @@ in
         # READY=1 once serving, STATUS= lines, WATCHDOG=1 pings (hyperhive agent speaks sd_notify).
         Type = "notify";
         NotifyAccess = "main";
+        # `+`: as root and outside the sandbox below, which would need the directory to exist.
+        ExecStartPre = lib.optional cfg.createWorkingDirectory "+${pkgs.bash}/bin/bash -c ${execArg createWorkdir}";
         ExecStart = "${lib.getExe cfg.package} agent";
         WatchdogSec = cfg.watchdogSec;
         # SIGTERM to the harness alone: it cancels the turn, ends its tasks (process groups and their
@@ -429,7 +518,8 @@ in
         RestartPreventExitStatus = 2;
         StateDirectory = "hyperhive";
         StateDirectoryMode = "0700";
-        WorkingDirectory = escape workdir;
+        # `-`: a missing directory does not fail the ExecStartPre= that creates it.
+        WorkingDirectory = lib.optionalString cfg.createWorkingDirectory "-" + escape workdir;
         # A static user must be named: DynamicUser=false alone runs the service as root.
         DynamicUser = !staticUser;
         User = lib.mkIf staticUser cfg.user;
@@ -457,7 +547,11 @@ in
         NoNewPrivileges = true;
         ProtectSystem = "strict";
         ProtectHome = if underHome workdir then "read-only" else true;
-        ReadWritePaths = lib.optional (!underStateDir workdir) (escape workdir);
+        # `-` with createWorkingDirectory: systemd 252 sets up the paths for a `+` command too, before it
+        # has created the directory.
+        ReadWritePaths = lib.optional (!underStateDir workdir) (
+          lib.optionalString cfg.createWorkingDirectory "-" + escape workdir
+        );
         PrivateTmp = true;
         PrivateDevices = true;
         DevicePolicy = "closed";

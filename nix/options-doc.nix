@@ -28,7 +28,15 @@ let
       v.text
     else
       lib.generators.toPretty { } v;
-  block = label: v: if v == null then "" else "*${label}:*\n```nix\n${text v}\n```\n\n";
+  # A default told in words (literalMD) is prose, not a Nix expression.
+  block =
+    label: v:
+    if v == null then
+      ""
+    else if v ? _type && v._type == "literalMD" then
+      "*${label}:* ${lib.trim (text v)}\n\n"
+    else
+      "*${label}:*\n```nix\n${text v}\n```\n\n";
   entry = o: ''
     ## `${o.name}`
 

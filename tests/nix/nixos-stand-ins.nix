@@ -6,6 +6,10 @@
 # shows here as it would on a real system: every service gets NixOS's default `path` (after the
 # unit's own) and an `environment.PATH` made from its `path`, at normal priority, as
 # nixos/lib/systemd-lib.nix does (serviceConfig, stage2ServiceConfig).
+#
+# Users and groups are typed and checked as nixos/modules/config/users-groups.nix does, for what a
+# module can get wrong: isSystemUser and isNormalUser (exactly one, and a normal user's defaults), one
+# home (a path: two different definitions conflict), a primary group that is set and declared.
 {
   config,
   lib,
@@ -16,6 +20,47 @@ let
   inherit (lib) mkOption types;
   anything = types.attrsOf types.anything;
   nixosConfig = config;
+
+  userOpts =
+    { name, config, ... }:
+    {
+      freeformType = anything;
+      options = {
+        isSystemUser = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        isNormalUser = mkOption {
+          type = types.bool;
+          default = false;
+        };
+        # A null group is a type error there, an empty one an assertion (below).
+        group = mkOption {
+          type = types.str;
+          default = "";
+        };
+        home = mkOption {
+          type = types.passwdEntry types.path;
+          default = "/var/empty";
+        };
+        createHome = mkOption {
+          type = types.bool;
+          default = false;
+        };
+      };
+      # What NixOS gives a normal user, each overridable by the user's own definitions.
+      config = lib.mkIf config.isNormalUser {
+        group = lib.mkDefault "users";
+        createHome = lib.mkDefault true;
+        home = lib.mkDefault "/home/${name}";
+        isSystemUser = lib.mkDefault false;
+      };
+    };
+  groupNames = lib.attrNames config.users.groups;
+  unitList = mkOption {
+    type = types.listOf types.str;
+    default = [ ];
+  };
 in
 {
   options = {
@@ -28,16 +73,7 @@ in
       default = [ ];
     };
     users.users = mkOption {
-      type = types.attrsOf (
-        types.submodule {
-          freeformType = anything;
-          # Typed as in NixOS (users-groups.nix): a null group is a type error there.
-          options.group = mkOption {
-            type = types.str;
-            default = "";
-          };
-        }
-      );
+      type = types.attrsOf (types.submodule userOpts);
       default = { };
     };
     users.groups = mkOption {
@@ -52,6 +88,10 @@ in
     environment.sessionVariables = mkOption {
       type = types.attrsOf (types.either types.str (types.listOf types.str));
       default = { };
+    };
+    system.stateVersion = mkOption {
+      type = types.str;
+      default = lib.trivial.release;
     };
     virtualisation = mkOption {
       type = types.submodule { freeformType = anything; };
@@ -69,6 +109,11 @@ in
           {
             freeformType = anything;
             options = {
+              # Unit dependencies are lists in NixOS (systemd-unit-options.nix): definitions add up.
+              after = unitList;
+              wants = unitList;
+              requires = unitList;
+              wantedBy = unitList;
               # Typed as in NixOS (systemd-unit-options.nix): two definitions of one variable conflict.
               environment = mkOption {
                 type = types.attrsOf (
@@ -118,5 +163,31 @@ in
       );
       default = { };
     };
+  };
+
+  config = {
+    # NixOS's own groups that users of these tests name (users-groups.nix declares more).
+    users.groups = lib.genAttrs [
+      "root"
+      "wheel"
+      "users"
+      "nogroup"
+    ] (_: { });
+    assertions = lib.concatLists (
+      lib.mapAttrsToList (name: user: [
+        {
+          assertion = lib.xor user.isSystemUser user.isNormalUser;
+          message = "Exactly one of users.users.${name}.isSystemUser and users.users.${name}.isNormalUser must be set.";
+        }
+        {
+          assertion = user.group != "";
+          message = "users.users.${name}.group is unset.";
+        }
+        {
+          assertion = user.group == "" || lib.elem user.group groupNames;
+          message = "The following users have a primary group that is undefined: ${name}";
+        }
+      ]) config.users.users
+    );
   };
 }

@@ -265,6 +265,63 @@ def test_working_directory_outside_state_is_writable_and_percent_escaped() -> No
     assert sc["WorkingDirectory"] == "/home/alice/repo%%1"
     assert sc["ReadWritePaths"] == ["/home/alice/repo%%1"]
     assert sc["ProtectHome"] == "read-only"
+    assert sc["ExecStartPre"] == []
+
+
+BASH = "/nix/store/00000000000000000000000000000000-bash-5.3/bin/bash"
+INSTALL = "/nix/store/00000000000000000000000000000000-coreutils-9.8/bin/install"
+
+
+def test_a_working_directory_of_a_static_user_is_created_when_missing() -> None:
+    """The README's /srv/repo: never created, so every start failed (ReadWritePaths=, WorkingDirectory=)."""
+    sc = eval_module({**DEMO, "user": "hyperhive", "workingDirectory": "/srv/repo"})["unit"]["serviceConfig"]
+    create = f"[ -d /srv/repo ] || {INSTALL} -d -m 0700 -o hyperhive -g hyperhive /srv/repo"
+    assert sc["ExecStartPre"] == [f'+{BASH} -c "{create}"']
+    # Missing until ExecStartPre= has run, and systemd 252 sets up both for that command too.
+    assert (sc["WorkingDirectory"], sc["ReadWritePaths"]) == ("-/srv/repo", ["-/srv/repo"])
+
+
+def test_the_working_directory_command_survives_systemd_and_the_shell() -> None:
+    """Quotes, `$` and `%` in the path reach the shell as written: systemd unquotes the argument and
+    expands `$` and `%` in it; the shell then reads the path single-quoted."""
+    path = "/srv/it's $HOME 100%"
+    sc = eval_module({**DEMO, "user": "hyperhive", "workingDirectory": path})["unit"]["serviceConfig"]
+    prefix = f"+{BASH} -c "
+    (line,) = sc["ExecStartPre"]
+    assert line.startswith(prefix)
+    argument = line[len(prefix) :]
+    # systemd: a double-quoted word with C escapes, then `$$` -> `$` and `%%` -> `%`.
+    script = json.loads(argument).replace("$$", "$").replace("%%", "%")
+    assert script == (
+        f"[ -d '/srv/it'\\''s $HOME 100%' ] || {INSTALL} -d -m 0700 -o hyperhive -g hyperhive "
+        "'/srv/it'\\''s $HOME 100%'"
+    )
+    assert sc["WorkingDirectory"] == "-/srv/it's $HOME 100%%"
+
+
+def test_no_working_directory_is_created_in_a_home_or_the_state_directory_by_default() -> None:
+    for workdir in ("/home/alice/repo", "/var/lib/hyperhive/repo", "/var/lib/hyperhive"):
+        sc = eval_module({**DEMO, "user": "alice", "workingDirectory": workdir}, modules=[MODULES / "normal-user.nix"])[
+            "unit"
+        ]["serviceConfig"]
+        assert sc["ExecStartPre"] == [] and not sc["WorkingDirectory"].startswith("-"), workdir
+    opted = {**DEMO, "user": "alice", "workingDirectory": "/home/alice/repo", "createWorkingDirectory": True}
+    sc = eval_module(opted, modules=[MODULES / "normal-user.nix"])["unit"]["serviceConfig"]
+    assert "-o alice -g users /home/alice/repo" in sc["ExecStartPre"][0]
+
+
+def test_the_operator_command_is_installed_and_finds_the_service() -> None:
+    """`hyperhive status` as root: the package was not installed, and without HIVE_STATE_DIR the command
+    looked in ./.hyperhive."""
+    machine = eval_module(DEMO)["machine"]
+    assert machine["systemPackages"] == ["/nix/store/00000000000000000000000000000000-hyperhive-0.1.0"]
+    assert machine["sessionVariables"] == {"HIVE_STATE_DIR": "/var/lib/hyperhive"}
+
+
+def user_entry(out: dict[str, Any], name: str) -> dict[str, Any]:
+    """What NixOS makes of the user (users-groups.nix reads these)."""
+    user = out["users"]["users"][name]
+    return {k: user[k] for k in ("isSystemUser", "isNormalUser", "group", "home")}
 
 
 def test_static_user_is_created_and_used() -> None:
@@ -272,12 +329,66 @@ def test_static_user_is_created_and_used() -> None:
     sc = out["unit"]["serviceConfig"]
     # DynamicUser=false alone would run the service as root: User= and Group= name the static user.
     assert (sc["DynamicUser"], sc["User"], sc["Group"]) == (False, "hyperhive", "hyperhive")
-    assert out["users"]["users"]["hyperhive"] == {
+    assert user_entry(out, "hyperhive") == {
         "isSystemUser": True,
+        "isNormalUser": False,
         "group": "hyperhive",
         "home": "/var/lib/hyperhive",
     }
-    assert out["users"]["groups"] == {"hyperhive": {}}
+    assert out["users"]["groups"]["hyperhive"] == {}
+
+
+def test_an_existing_normal_user_runs_the_agent_as_the_host_declares_it() -> None:
+    """A person's account: the module declared it a system user with its own home, which NixOS refuses
+    ("Exactly one of ... isSystemUser and ... isNormalUser must be set")."""
+    out = eval_module({**DEMO, "user": "alice"}, modules=[MODULES / "normal-user.nix"])
+    sc = out["unit"]["serviceConfig"]
+    assert (sc["DynamicUser"], sc["User"], sc["Group"]) == (False, "alice", "users")
+    assert user_entry(out, "alice") == {
+        "isSystemUser": False,
+        "isNormalUser": True,
+        "group": "users",
+        "home": "/home/alice",
+    }
+
+
+def test_a_normal_users_own_home_and_group_are_kept() -> None:
+    # The module's home was a second definition of the same priority: "conflicting definition values".
+    out = eval_module({**DEMO, "user": "alice"}, modules=[MODULES / "normal-user-own-home.nix"])
+    assert out["unit"]["serviceConfig"]["Group"] == "staff"
+    assert user_entry(out, "alice")["home"] == "/home/alice"
+
+
+def test_a_system_user_declared_elsewhere_keeps_its_home() -> None:
+    out = eval_module({**DEMO, "user": "git"}, modules=[MODULES / "system-user-elsewhere.nix"])
+    assert (out["unit"]["serviceConfig"]["User"], out["unit"]["serviceConfig"]["Group"]) == ("git", "git")
+    assert user_entry(out, "git") == {
+        "isSystemUser": True,
+        "isNormalUser": False,
+        "group": "git",
+        "home": "/var/lib/git",
+    }
+
+
+STAND_IN_USER_ERRORS = {
+    "user-both-kinds.nix": "Exactly one of users.users.bob.isSystemUser and users.users.bob.isNormalUser must be set.",
+    "user-undeclared-group.nix": "The following users have a primary group that is undefined: bob",
+    "user-two-homes.nix": "The option `users.users.bob.home' has conflicting definition values",
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(STAND_IN_USER_ERRORS))
+def test_stand_ins_refuse_users_as_nixos_does(fixture: str) -> None:
+    """What users-groups.nix asserts (or its types refuse), so that the module's users are checked here."""
+    with pytest.raises(NixError) as err:
+        eval_module(DEMO, modules=[MODULES / fixture])
+    assert STAND_IN_USER_ERRORS[fixture] in err.value.stderr
+
+
+def test_a_user_without_a_group_is_refused_by_the_stand_ins() -> None:
+    with pytest.raises(NixError) as err:
+        eval_module(DEMO, modules=[MODULES / "user-without-group.nix"])
+    assert "users.users.bob.group is unset." in err.value.stderr
 
 
 def test_static_user_with_an_existing_group() -> None:
@@ -310,6 +421,12 @@ ASSERTIONS = {
         {**DEMO, "user": "hyperhive", "group": None},
         'services.hyperhive.agent: user = "hyperhive" needs a group, but group = null; remove group = null '
         "(the default is a group named like the user, created with it) or name an existing group",
+    ),
+    "create-working-directory-without-user": (
+        {**DEMO, "workingDirectory": "/srv/repo", "createWorkingDirectory": True},
+        "services.hyperhive.agent: createWorkingDirectory needs user (and group) to be set: the directory is "
+        "created for them, and a transient DynamicUser's id is not known before the unit starts; set user, or "
+        "createWorkingDirectory = false and workingDirectory inside /var/lib/hyperhive",
     ),
     "stdio-without-command": (
         {**DEMO, "extraMcpServers": {"files": {"args": ["/srv"]}}},
@@ -471,9 +588,9 @@ def test_type_error_names_the_option(case: str) -> None:
 
 def test_stand_ins_take_what_a_vm_test_node_sets() -> None:
     machine = eval_module(DEMO, modules=[MODULES / "vm-node.nix"])["machine"]
-    assert machine["systemPackages"] == [
-        "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0",
+    assert sorted(machine["systemPackages"]) == [
         "/nix/store/00000000000000000000000000000000-git-2.51.0",
+        "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0",
     ]
     assert machine["sessionVariables"] == {"HIVE_STATE_DIR": "/var/lib/hyperhive", "XDG_DATA_DIRS": ["/a", "/b"]}
     assert machine["virtualisation"] == {"memorySize": 1024, "qemu": {"options": ["-smp 2"]}}
