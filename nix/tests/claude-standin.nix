@@ -14,10 +14,7 @@
         claude.package = import ./claude-standin-package.nix { inherit pkgs; };
         claude.model = "stand-in-model";
       };
-      environment.systemPackages = [
-        hyperhive
-        pkgs.sqlite
-      ];
+      environment.systemPackages = [ pkgs.sqlite ];
     };
   testScript = ''
     machine.start()

@@ -46,6 +46,7 @@ in
   vm-restart-interrupts-tasks = demoTest ./restart-interrupts-tasks.nix;
   vm-dynamic-user = demoTest ./dynamic-user.nix;
   vm-static-user = demoTest ./static-user.nix;
+  vm-normal-user = demoTest ./normal-user.nix;
   vm-subagent-profile = demoTest ./subagent-profile.nix;
   vm-web-view = demoTest ./web-view.nix;
   vm-claude-standin = vmTest ./claude-standin.nix;

@@ -12,10 +12,8 @@
     idleTimeout = 60;
     watchdogSec = 30;
   };
-  environment.systemPackages = [
-    hyperhive
-    pkgs.sqlite
-  ];
-  environment.sessionVariables.HIVE_STATE_DIR = "/var/lib/hyperhive";
+  # The operator command and HIVE_STATE_DIR come from the module, as on any host; sqlite3 reads the
+  # harness's database in the scripts.
+  environment.systemPackages = [ pkgs.sqlite ];
   virtualisation.memorySize = 1024;
 }

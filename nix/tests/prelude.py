@@ -1,7 +1,8 @@
 # Shared by the VM tests' scripts (prepended to each testScript by default.nix, after its START_TASK).
 # The driver's build lints the whole script, pyflakes and mypy, and fails on any message:
 # tests/nix/test_driver_lint.py runs the same lint offline.
-HH = "HIVE_STATE_DIR=/var/lib/hyperhive hyperhive"
+# The operator command as root runs it on any host: installed and pointed at the service by the module.
+HH = "hyperhive"
 DB = "/var/lib/hyperhive/hyperhive.db"
 
 

@@ -22,7 +22,6 @@
       };
       # The secrets are put in place by the script before the first start, as a secrets manager would.
       systemd.services.hyperhive-agent.wantedBy = lib.mkForce [ ];
-      environment.systemPackages = [ hyperhive ];
     };
   testScript = ''
     machine.start()

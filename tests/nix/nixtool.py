@@ -36,6 +36,7 @@ FLAKE_CHECKS = [
     "vm-acp-demo-starts",
     "vm-claude-standin",
     "vm-dynamic-user",
+    "vm-normal-user",
     "vm-restart-interrupts-tasks",
     "vm-secrets",
     "vm-send-produces-turn",

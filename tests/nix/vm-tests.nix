@@ -22,63 +22,13 @@ let
     outPath = toString ../..;
   };
 
-  # What the emulation needs to know of a package to put it into the machine's /nix/store.
-  describe = p: {
-    inherit (p) name;
-    storePath = p.outPath;
-    pname = p.pname or p.name;
-    mainProgram = p.meta.mainProgram or null;
-    text = p.text or null;
-    runtimeInputs = map (i: i.outPath) (p.runtimeInputs or [ ]);
-  };
-
-  evalNode =
-    module:
-    let
-      eval = lib.evalModules {
-        modules = [
-          ./nixos-stand-ins.nix
-          module
-          { _module.args.pkgs = pkgs; }
-        ];
-      };
-      cfg = eval.config;
-      failed = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
-      agent = cfg.services.hyperhive.agent or { };
-      services = lib.mapAttrs (
-        _: s:
-        removeAttrs s [ "path" ]
-        // {
-          path = map (p: p.outPath) s.path;
-        }
-      ) cfg.systemd.services;
-      packages =
-        lib.concatMap (s: s.path) (lib.attrValues cfg.systemd.services)
-        ++ cfg.environment.systemPackages
-        ++ lib.optional (agent.enable or false) agent.package
-        ++ lib.optional (agent.enable or false && agent.runtime == "claude") agent.claude.package;
-    in
-    if failed != [ ] then
-      throw "Failed assertions:\n${lib.concatMapStrings (m: "- ${m}\n") failed}"
-    else
-      {
-        inherit services;
-        users = lib.mapAttrs (_: u: {
-          isSystemUser = u.isSystemUser or false;
-          group = u.group or null;
-          home = u.home or null;
-        }) cfg.users.users;
-        groups = builtins.attrNames cfg.users.groups;
-        systemPackages = map (p: p.outPath) cfg.environment.systemPackages;
-        sessionVariables = cfg.environment.sessionVariables;
-        packages = map describe packages;
-      };
+  inherit (import ./nixos-node.nix { inherit lib pkgs; }) describe evalNode;
 
   vmTest =
     name: check:
     let
       t = check.hyperhiveTest;
-      nodes = lib.mapAttrs (_: evalNode) t.nodes;
+      nodes = lib.mapAttrs (_: module: evalNode [ module ]) t.nodes;
       script = if builtins.isFunction t.testScript then t.testScript { inherit nodes; } else t.testScript;
     in
     {

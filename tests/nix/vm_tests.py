@@ -48,7 +48,7 @@ class VmTest:
         return sorted(self.nodes)
 
 
-def _package(raw: dict[str, Any]) -> StubPackage:
+def package_of(raw: dict[str, Any]) -> StubPackage:
     return StubPackage(
         store_path=raw["storePath"],
         name=raw["name"],
@@ -68,30 +68,30 @@ def _evaluated() -> Any:
 
 def stub_packages() -> dict[str, StubPackage]:
     """Every stub package the scripts or nodes may name, by store path."""
-    out = {p["storePath"]: _package(p) for p in _evaluated()["packages"]}
+    out = {p["storePath"]: package_of(p) for p in _evaluated()["packages"]}
     for test in _evaluated()["tests"]:
         for node in test["nodes"].values():
-            out.update({p["storePath"]: _package(p) for p in node["packages"]})
+            out.update({p["storePath"]: package_of(p) for p in node["packages"]})
     return out
+
+
+def node_of(name: str, raw: dict[str, Any]) -> Node:
+    """A node as tests/nix/nixos-node.nix describes it."""
+    return Node(
+        name=name,
+        services=raw["services"],
+        users=raw["users"],
+        groups=raw["groups"],
+        system_packages=raw["systemPackages"],
+        session_variables={k: v if isinstance(v, str) else ":".join(v) for k, v in raw["sessionVariables"].items()},
+        packages={p["storePath"]: package_of(p) for p in raw["packages"]},
+    )
 
 
 def load_vm_tests() -> list[VmTest]:
     tests = []
     for raw in _evaluated()["tests"]:
-        nodes = {
-            name: Node(
-                name=name,
-                services=node["services"],
-                users=node["users"],
-                groups=node["groups"],
-                system_packages=node["systemPackages"],
-                session_variables={
-                    k: v if isinstance(v, str) else ":".join(v) for k, v in node["sessionVariables"].items()
-                },
-                packages={p["storePath"]: _package(p) for p in node["packages"]},
-            )
-            for name, node in raw["nodes"].items()
-        }
+        nodes = {name: node_of(name, node) for name, node in raw["nodes"].items()}
         tests.append(VmTest(name=raw["name"], script=raw["script"], nodes=nodes))
     return tests
 
