@@ -33,7 +33,8 @@ from tests.nix import toolbox
 from tests.nix.nixtool import REPO
 
 # nixpkgs packages the emulated NixOS machines may hold (tests/nix/nixos_machine.py): the module's default
-# `path`, what NixOS adds to every service, NixOS's core packages, what the VM tests install.
+# `path`, what NixOS adds to every service, NixOS's core packages, what the VM tests install, what the
+# README's host adds to `path`.
 NIXPKGS_STAND_INS = [
     "bash",
     "coreutils",
@@ -60,6 +61,7 @@ NIXPKGS_STAND_INS = [
     "zstd",
     "sqlite",
     "curl",
+    "ripgrep",
 ]
 # systemd and what the tests run, and the Debian packages behind those stand-ins (tests/nix/toolbox.py).
 PACKAGES = sorted(

@@ -67,6 +67,7 @@ DEBIAN_PACKAGES: dict[str, tuple[str, ...]] = {
     "sqlite": ("sqlite3",),  # the sqlite3 shell (nixpkgs: sqlite.bin)
     "less": ("less",),
     "curl": ("curl",),
+    "ripgrep": ("ripgrep",),  # the README's host puts it on the agent's path
     # NodeSource's nodejs carries npm, npx and corepack as nixpkgs' does; Debian's own splits npm out.
     "nodejs": ("nodejs",),
     "python3": ("python3", "python3-minimal", "python3.11", "python3.11-minimal"),

@@ -162,6 +162,7 @@ let
     "diffutils"
     "gnupatch"
     "which"
+    "ripgrep"
     "bzip2"
     "python3Packages"
   ] (n: drv n { });
