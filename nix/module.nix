@@ -44,6 +44,8 @@ let
     "-o ${lib.escapeShellArg (toString cfg.user)} -g ${lib.escapeShellArg (toString cfg.group)}"
     (lib.escapeShellArg workdir)
   ];
+  # `+`: as root and outside the sandbox, which would need the directory to exist.
+  createWorkdirCommand = "+${pkgs.bash}/bin/bash -c ${execArg createWorkdir}";
 
   # The default `path`, by attribute of pkgs (also written into the option's defaultText).
   toolbox = [
@@ -499,8 +501,7 @@ in
         # READY=1 once serving, STATUS= lines, WATCHDOG=1 pings (hyperhive agent speaks sd_notify).
         Type = "notify";
         NotifyAccess = "main";
-        # `+`: as root and outside the sandbox below, which would need the directory to exist.
-        ExecStartPre = lib.optional cfg.createWorkingDirectory "+${pkgs.bash}/bin/bash -c ${execArg createWorkdir}";
+        ExecStartPre = lib.optional cfg.createWorkingDirectory createWorkdirCommand;
         ExecStart = "${lib.getExe cfg.package} agent";
         WatchdogSec = cfg.watchdogSec;
         # SIGTERM to the harness alone: it cancels the turn, ends its tasks (process groups and their

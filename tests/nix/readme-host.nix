@@ -35,9 +35,14 @@ let
     };
     legacyPackages.${system} = pkgs;
   };
-  hyperhive = (import ../../flake.nix).outputs { self = hyperhive; inherit nixpkgs; } // {
-    outPath = toString ../..;
-  };
+  hyperhive =
+    (import ../../flake.nix).outputs {
+      self = hyperhive;
+      inherit nixpkgs;
+    }
+    // {
+      outPath = toString ../..;
+    };
   host = (import (hostDir + "/flake.nix")).outputs {
     self = host;
     inherit nixpkgs hyperhive;
