@@ -11,11 +11,16 @@ chroot-derivation-builder.cc) and nixpkgs' stdenv set it up, and how each is mad
 - Inputs as store paths: each nixpkgs package the derivation declares (and stdenv's own tools) is a
   directory /nix/store/<hash>-<name>/bin whose programs are the Debian ones (tests/nix/toolbox.py),
   bind-mounted file by file, so that a program is on PATH only if its package is declared. The Python
-  environment is a venv-shaped store path over the repository's .venv with just the closure of the
-  packages it names, the package itself installed from a wheel (not editable). Host paths these
-  programs hard-code are bind-mounted at their own paths, as a store path's closure would be: /usr/lib,
+  environment is nixpkgs' own as far as it can be had here: CPython 3.13 (nixos-26.05's python3; pyenv's
+  3.13.0, or HIVE_SANDBOX_PYTHON) and the versions of tests/nix/nixpkgs-python.toml, installed from PyPI
+  once into a venv cached beside the rig's (ensure_nixpkgs_venv), and a venv-shaped store path holding
+  just the closure of the packages it names. The package itself is built as nixpkgs builds it: a wheel
+  with the table's hatchling, no build isolation, then pythonRuntimeDepsCheck (every Requires-Dist of the
+  wheel met by the package's `dependencies` and its build system, at the table's versions; a failure
+  fails the build as the hook does, before the check's builder runs). Host paths these programs
+  hard-code are bind-mounted at their own paths, as a store path's closure would be: /usr/lib,
   /usr/lib64, /usr/libexec, /usr/share (shared libraries, data), the Python interpreter's prefix (its
-  standard library; a pyenv build's RUNPATH is absolute), the .venv's site-packages. $src is the
+  standard library; a pyenv build's RUNPATH is absolute), the venv's site-packages. $src is the
   derivation's own: lib.cleanSource's copy in this machine's /nix/store (tests/nix/pytest-check.nix),
   bind-mounted at its path.
 - Namespaces: user (the builder is uid 1000, gid 100, "nixbld", mapped to 30001:30000 outside, no
@@ -29,18 +34,19 @@ chroot-derivation-builder.cc) and nixpkgs' stdenv set it up, and how each is mad
   tests/nix/sandbox-setup.sh, which builds PATH from nativeBuildInputs then stdenv's tools.
 
 Not emulated: /bin/sh is Debian's dash, not Nix's busybox; 32-bit system calls are not filtered; no
-cgroup (Nix uses one only with use-cgroups). Run as root.
+cgroup (Nix uses one only with use-cgroups); a Python package's closure follows its Requires-Dist, where
+nixpkgs follows the package's `dependencies` (the hook keeps the two in step). Run as root.
 
     python -m tests.nix.build_sandbox [--keep]   # build checks.pytest here, printing its log
 """
 
 from __future__ import annotations
 
-import compileall
 import ctypes
 import dataclasses
 import errno
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -69,6 +75,19 @@ BUILD_DIR = "/build"  # Nix's sandbox-build-dir
 SANDBOX_UID, SANDBOX_GID = 1000, 100  # what the builder sees inside its user namespace
 HOST_UID, HOST_GID = 30001, 30000  # outside: a build user and the nixbld group, as NixOS numbers them
 SETUP = Path(__file__).with_name("sandbox-setup.sh")
+# nixpkgs' Python packages at the flake's pin, and nixos-26.05's python3.
+NIXPKGS_PYTHON = Path(__file__).with_name("nixpkgs-python.toml")
+PYTHON_VERSION = "3.13"
+SANDBOX_PYTHON = Path(os.environ.get("HIVE_SANDBOX_PYTHON", "/root/.pyenv/versions/3.13.0/bin/python3"))
+CACHE = Path(os.environ.get("HIVE_ROOTFS_CACHE", "/var/cache/hyperhive-test"))  # the rig's (tests/nix/rig.py)
+
+
+class SandboxUnavailable(Exception):
+    """The emulation cannot run here; the message says why and what to run (tests skip with it)."""
+
+
+class BuildFailed(Exception):
+    """A dependency of the derivation failed to build; the message is its log, as Nix prints it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +106,10 @@ class Derivation:
     build_command: str
     native_build_inputs: tuple[Input, ...]
     src: str | None = None  # a store path on this machine
+    # The project's package (a python.withPackages env may hold it): its `dependencies` and
+    # `build-system` as nixpkgs pnames, what pythonRuntimeDepsCheck finds when it is built.
+    package_dependencies: tuple[str, ...] = ()
+    package_build_system: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -98,6 +121,8 @@ class Derivation:
             Input(i["name"], i["path"], None if i["python_packages"] is None else tuple(i["python_packages"]))
             for i in raw.pop("native_build_inputs")
         )
+        for key in ("package_dependencies", "package_build_system"):
+            raw[key] = tuple(raw.get(key, ()))
         return cls(native_build_inputs=inputs, **raw)
 
 
@@ -151,7 +176,15 @@ def read_check(lib: Path, repo: Path = REPO) -> Derivation:
         Input(i["name"], i["path"], None if i["pythonPackages"] is None else tuple(i["pythonPackages"]))
         for i in raw["nativeBuildInputs"]
     )
-    return Derivation(raw["name"], raw["out"], raw["buildCommand"], inputs, raw["src"])
+    return Derivation(
+        raw["name"],
+        raw["out"],
+        raw["buildCommand"],
+        inputs,
+        raw["src"],
+        tuple(raw["packageDependencies"]),
+        tuple(raw["packageBuildSystem"]),
+    )
 
 
 def derivation(
@@ -164,9 +197,88 @@ def derivation(
     return Derivation(name, store_path(name, "out"), build_command, tuple(inputs))
 
 
-def build(drv: Derivation, *, venv: Path = REPO / ".venv", keep: bool = False, timeout: float = 3600) -> BuildResult:
+# --- nixpkgs' Python ----------------------------------------------------------------------------------
+
+
+@functools.cache
+def nixpkgs_versions() -> dict[str, str]:
+    """tests/nix/nixpkgs-python.toml's versions, by normalized PyPI name."""
+    table = tomllib.loads(NIXPKGS_PYTHON.read_text())["python"]
+    return {_canonical(name): row["version"] for name, row in table.items()}
+
+
+def sandbox_python() -> Path:
+    """CPython 3.13, as nixos-26.05's python3; SandboxUnavailable naming what to run when there is none."""
+    python = SANDBOX_PYTHON
+    fix = f"`pyenv install 3.13.0`, or point HIVE_SANDBOX_PYTHON at a CPython {PYTHON_VERSION}"
+    if not python.exists():
+        raise SandboxUnavailable(f"no CPython {PYTHON_VERSION} (nixos-26.05's python3) at {python}: {fix}")
+    found = subprocess.run(
+        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout.strip()
+    if found != PYTHON_VERSION:
+        raise SandboxUnavailable(f"{python} is Python {found or '?'}, not {PYTHON_VERSION}: {fix}")
+    return python
+
+
+def ensure_nixpkgs_venv() -> Path:
+    """A venv on CPython 3.13 with exactly the table's packages at its versions (PyPI, no dependency
+    resolution: the table is the set), made once per table and interpreter under a file lock."""
+    python = sandbox_python()
+    key = hashlib.sha256(NIXPKGS_PYTHON.read_bytes() + str(python).encode()).hexdigest()[:12]
+    venv = CACHE / f"sandbox-python-{key}"
+    done = venv / ".installed"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return venv
+        pins = [f"{name}=={version}" for name, version in sorted(nixpkgs_versions().items())]
+        pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+        for cmd in ([str(python), "-m", "venv", "--clear", str(venv)], [*pip, *pins]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+            if proc.returncode != 0:
+                raise SandboxUnavailable(f"{' '.join(cmd[:4])} ... failed (PyPI unreachable?): {proc.stderr[-1500:]}")
+        done.write_text("\n".join(pins) + "\n")
+    return venv
+
+
+def runtime_deps_check(wheel: Path, available: dict[str, str]) -> list[str]:
+    """nixpkgs' pythonRuntimeDepsCheck on `wheel` (hooks/python-runtime-deps-check-hook.py): each
+    Requires-Dist whose marker holds (extras not requested) must be installed, at a version its specifier
+    allows (pre-releases allowed). `available`: normalized name -> version, what the build's Python path
+    holds. Returns the hook's messages; none when it passes."""
+    from email.parser import HeaderParser
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = HeaderParser().parsestr(z.read(name).decode())
+    problems = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate(_marker_environment("")):
+            continue
+        package = _canonical(req.name)
+        if package not in available:
+            problems.append(f"{package} not installed")
+            continue
+        req.specifier.prereleases = True
+        if req.specifier and available[package] not in req.specifier:
+            problems.append(f"{package}{req.specifier} not satisfied by version {available[package]}")
+    return problems
+
+
+def build(drv: Derivation, *, venv: Path | None = None, keep: bool = False, timeout: float = 3600) -> BuildResult:
     """Runs the derivation's builder in the emulated sandbox (a child process; needs root). The build
-    directory goes even when the child is killed at the timeout, unless `keep`."""
+    directory goes even when the child is killed at the timeout, unless `keep`. Without `venv`, nixpkgs'
+    Python venv (ensure_nixpkgs_venv; SandboxUnavailable if it cannot be had)."""
+    venv = ensure_nixpkgs_venv() if venv is None else venv
     work = Path(tempfile.mkdtemp(prefix=f"nix-build-{drv.name}-"))
     try:
         spec = work / "derivation.json"
@@ -283,22 +395,40 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _marker_environment(extra: str) -> dict[str, str]:
+    """Markers as the sandbox's interpreter evaluates them (CPython 3.13 on Linux), not this one."""
+    return {
+        "python_version": PYTHON_VERSION,
+        "python_full_version": f"{PYTHON_VERSION}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "os_name": "posix",
+        "platform_system": "Linux",
+        "platform_machine": platform.machine(),
+        "extra": extra,
+    }
+
+
 def _closure(packages: Iterable[str], dists: dict[str, importlib.metadata.Distribution]) -> list[str]:
+    """The packages and what they require, extras named in a requirement included (`pyjwt[crypto]`)."""
     from packaging.requirements import Requirement
 
-    todo, seen = [_canonical(p) for p in packages], []
+    todo: list[tuple[str, frozenset[str]]] = [(_canonical(p), frozenset()) for p in packages]
+    seen: dict[str, set[str]] = {}
     while todo:
-        name = todo.pop(0)
-        if name in seen:
+        name, extras = todo.pop(0)
+        if name in seen and extras <= seen[name]:
             continue
         if name not in dists:
-            raise RuntimeError(f"the Python environment needs {name}, which the venv does not have")
-        seen.append(name)
+            raise RuntimeError(f"the Python environment needs {name}, which nixpkgs' set (the table) does not have")
+        seen.setdefault(name, set()).update(extras)
         for text in dists[name].requires or []:
             req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(_canonical(req.name))
-    return seen
+            wanted = ["", *sorted(seen[name])]
+            if req.marker is None or any(req.marker.evaluate(_marker_environment(e)) for e in wanted):
+                todo.append((_canonical(req.name), frozenset(req.extras)))
+    return list(seen)
 
 
 def _venv_version(venv: Path) -> str:
@@ -309,8 +439,52 @@ def _venv_version(venv: Path) -> str:
     return platform.python_version()
 
 
+def _build_package(
+    venv: Path,
+    source: str,
+    wheels: Path,
+    dists: dict[str, importlib.metadata.Distribution],
+    *,
+    dependencies: Sequence[str],
+    build_system: Sequence[str],
+) -> Path:
+    """The project's wheel as buildPythonApplication makes it (pypaBuildHook: the build system from the
+    package set, no isolation), then pythonRuntimeDepsCheck against what the build's Python path holds:
+    the closure of its `dependencies` and `build-system`. BuildFailed as Nix reports a failed dependency."""
+    pip = [str(venv / "bin/python"), "-m", "pip", "--disable-pip-version-check"]
+    built = subprocess.run(
+        [*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), source],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        raise BuildFailed(f"building the wheel of {source} failed:\n{built.stdout}{built.stderr}")
+    (wheel,) = wheels.glob("*.whl")
+    on_path = _closure([*dependencies, *build_system], dists)
+    problems = runtime_deps_check(wheel, {n: dists[n].version for n in on_path})
+    if problems:
+        drv = wheel.name.split("-py")[0]
+        lines = [
+            "Executing pythonRuntimeDepsCheck",
+            f"Checking runtime dependencies for {wheel.name}",
+            *(f"  - {p}" for p in problems),
+            f"error: builder for '{drv}' failed with exit code 1",
+        ]
+        raise BuildFailed("\n".join(lines))
+    return wheel
+
+
 def python_env(
-    target: Path, at: str, packages: Sequence[str], *, venv: Path, src: str | None, work: Path
+    target: Path,
+    at: str,
+    packages: Sequence[str],
+    *,
+    venv: Path,
+    src: str | None,
+    work: Path,
+    dependencies: Sequence[str] = (),
+    build_system: Sequence[str] = (),
 ) -> list[tuple[Path, Path]]:
     """Lays out at `target` (seen as `at` inside) what python.withPackages makes: an interpreter whose
     importable distributions are the closure of `packages`, taken from the venv's site-packages except
@@ -318,27 +492,28 @@ def python_env(
     with the interpreter (the venv's, bind-mounted) and those distributions' console scripts. Returns
     what to bind-mount: host path -> path inside."""
     interpreter = Path(os.path.realpath(venv / "bin" / "python"))
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    (site,) = venv.glob(f"lib/python{version}/site-packages")
+    version = ".".join(_venv_version(venv).split(".")[:2])
+    site = venv / f"lib/python{version}/site-packages"
+    if not site.is_dir():
+        raise RuntimeError(f"{venv} has no lib/python{version}/site-packages")
     dists = {_canonical(d.metadata["Name"]): d for d in importlib.metadata.distributions(path=[str(site)])}
-    closure = _closure(packages, dists)
     own = target / f"lib/python{version}/site-packages"
     own.mkdir(parents=True)
     project = _canonical(tomllib.loads((REPO / "python/pyproject.toml").read_text())["project"]["name"])
-    for name in closure:
+    if project in {_canonical(p) for p in packages}:
+        if src is None:
+            raise RuntimeError(f"the Python environment needs {project}, built from $src, and there is no src")
+        wheel = _build_package(
+            venv, f"{src}/python", work / "wheel", dists, dependencies=dependencies, build_system=build_system
+        )
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(own)
+        subprocess.run([str(interpreter), "-m", "compileall", "-q", str(own)], check=True)
+        (dists[project],) = [
+            d for d in importlib.metadata.distributions(path=[str(own)]) if _canonical(d.metadata["Name"]) == project
+        ]
+    for name in _closure(packages, dists):
         if name == project:
-            if src is None:
-                raise RuntimeError(f"the Python environment needs {project}, built from $src, and there is no src")
-            wheels = work / "wheel"
-            subprocess.run(
-                [str(venv / "bin/python"), "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), f"{src}/python"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            (wheel,) = wheels.glob("*.whl")
-            with zipfile.ZipFile(wheel) as z:
-                z.extractall(own)
-            compileall.compile_dir(str(own), quiet=1)
             continue
         files = dists[name].files
         if files is None:
@@ -462,7 +637,14 @@ def prepare(drv: Derivation, venv: Path, work: Path) -> _Plan:
     for inp in drv.native_build_inputs:
         if inp.python_packages is not None:
             for host, inside in python_env(
-                _under(root, inp.path), inp.path, inp.python_packages, venv=venv, src=drv.src, work=work
+                _under(root, inp.path),
+                inp.path,
+                inp.python_packages,
+                venv=venv,
+                src=drv.src,
+                work=work,
+                dependencies=drv.package_dependencies,
+                build_system=drv.package_build_system,
             ):
                 _mountpoint(root, inside, host, binds)
     if drv.src is not None:
@@ -634,7 +816,12 @@ def run(plan: _Plan) -> int:
 
 def build_here(drv: Derivation, venv: Path, work: Path) -> int:
     """prepare + run in this (root) process, in `work`, and report as Nix does; the exit code."""
-    code = run(prepare(drv, venv, work))
+    try:
+        plan = prepare(drv, venv, work)
+    except BuildFailed as failed:
+        print(f"{failed}\nerror: 1 dependencies of derivation '{drv.name}' failed to build", flush=True)
+        return 1
+    code = run(plan)
     if code != 0:
         print(f"error: builder for '{drv.name}' failed with exit code {code}", flush=True)
     elif not _under(work / "root", drv.out).exists():
@@ -650,7 +837,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", type=Path, help="the derivation as JSON (default: checks.pytest, evaluated)")
-    parser.add_argument("--venv", type=Path, default=REPO / ".venv")
+    parser.add_argument("--venv", type=Path, help="the Python venv (default: nixpkgs', ensure_nixpkgs_venv)")
     parser.add_argument("--work", type=Path, help="a directory to build in (default: a new one, removed after)")
     parser.add_argument("--keep", action="store_true", help="keep the build directory, as nix build --keep-failed")
     args = parser.parse_args(argv)
@@ -663,8 +850,8 @@ def main(argv: list[str]) -> int:
             if lib is None:
                 parser.error("no nixpkgs lib to evaluate checks.pytest with: set NIXPKGS_LIB")
             drv = read_check(lib)
-        return build_here(drv, args.venv, work)
-    except (toolbox.ToolboxError, NixError) as e:
+        return build_here(drv, args.venv or ensure_nixpkgs_venv(), work)
+    except (toolbox.ToolboxError, NixError, SandboxUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:

@@ -18,6 +18,9 @@ in
   out = check.outPath;
   # Interpolation copies lib.cleanSource's result into the store: the path the builder gets as $src.
   src = "${check.src}";
+  # What the package's build has on its Python path, for the emulated pythonRuntimeDepsCheck.
+  packageDependencies = map (d: d.pname) hyperhive.dependencies;
+  packageBuildSystem = map (d: d.pname) hyperhive.build-system;
   nativeBuildInputs = map (p: {
     inherit (p) name;
     path = p.outPath;

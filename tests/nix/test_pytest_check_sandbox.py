@@ -1,6 +1,8 @@
 """checks.pytest run here as a Nix host would run it (tests/nix/build_sandbox.py): the derivation's own
-build command, inside an emulation of Nix's build sandbox, with only the tools it declares on PATH. A
-test that needs an undeclared tool, root, /sys or the network fails here as it would under Nix."""
+build command, inside an emulation of Nix's build sandbox, with only the tools it declares on PATH, on
+nixos-26.05's CPython 3.13 with nixpkgs' package versions (tests/nix/nixpkgs-python.toml), the package
+built and its runtime dependencies checked as nixpkgs' pythonRuntimeDepsCheck does. A test that needs an
+undeclared tool, root, /sys or the network fails here as it would under Nix."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -77,8 +80,17 @@ touch "$out"
 """
 
 
-def probe(tools: list[str]) -> dict[str, str]:
-    result = build_sandbox.build(build_sandbox.derivation("probe", PROBE, tools, python_packages=[]), timeout=120)
+def build(drv: build_sandbox.Derivation, timeout: float = 3600) -> build_sandbox.BuildResult:
+    """The build, or a skip saying what to run when nixpkgs' Python cannot be had here."""
+    try:
+        return build_sandbox.build(drv, timeout=timeout)
+    except build_sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"the emulated build sandbox is unavailable: {exc}")
+
+
+def probe(tools: list[str], python_packages: list[str] | None = None, command: str = PROBE) -> dict[str, str]:
+    drv = build_sandbox.derivation("probe", command, tools, python_packages=python_packages or [])
+    result = build(drv, timeout=300)
     assert result.ok, result.log
     return dict(line.split("=", 1) for line in result.log.splitlines() if re.match(r"^\w+=", line))
 
@@ -115,7 +127,7 @@ def test_checks_pytest_passes_in_the_emulated_build_sandbox(tmp_path: Path) -> N
     the whole log in a file beside it."""
     lib = nixpkgs_lib()
     assert lib is not None
-    result = build_sandbox.build(build_sandbox.read_check(lib))
+    result = build(build_sandbox.read_check(lib))
     if not result.ok:
         log = tmp_path / "checks-pytest.log"
         log.write_text(result.log)
@@ -138,3 +150,105 @@ def test_a_failing_checks_report_names_the_test_and_keeps_its_output(tmp_path: P
     report = result.failure_reports()
     assert "test_fails" in report and "assert (1 + 1) == 3" in report and "seen on the way" in report
     assert "test_passes" not in report
+
+
+def test_the_sandbox_python_is_nixos_26_05s_with_nixpkgs_versions() -> None:
+    """CPython 3.13 and the table's versions (not this venv's 3.11 and PyPI's newest): the closure of
+    what the environment names, extras a requirement asks for included (mcp needs pyjwt[crypto])."""
+    command = r"""
+    python3 - <<'EOF'
+    import importlib.metadata as md, sys
+    print("python=%d.%d" % sys.version_info[:2])
+    print("versions=" + " ".join(sorted(f"{d.metadata['Name'].lower()}=={d.version}" for d in md.distributions())))
+    EOF
+    touch "$out"
+    """.replace("\n    ", "\n")
+    seen = probe([], python_packages=["mcp"], command=command)
+    assert seen["python"] == build_sandbox.PYTHON_VERSION
+    installed = dict(pin.split("==") for pin in seen["versions"].split())
+    table = build_sandbox.nixpkgs_versions()
+    assert {"mcp", "pydantic", "pydantic_core", "cryptography", "starlette"} <= set(installed)
+    for name, version in installed.items():
+        assert table[build_sandbox._canonical(name)] == version, name
+    assert "pytest" not in installed, "only the closure of what the environment names"
+
+
+def wheel_requiring(tmp_path: Path, *requirements: str) -> Path:
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    metadata = "Metadata-Version: 2.4\nName: demo\nVersion: 1.0\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requirements)
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("demo-1.0.dist-info/METADATA", metadata)
+    return wheel
+
+
+def test_runtime_deps_check_says_what_the_nixpkgs_hook_says() -> None:
+    available = {"pydantic": "2.11.7", "anyio": "4.11.0", "mcp": "1.27.1"}
+    wheel = wheel_requiring(
+        Path(build_sandbox.tempfile.mkdtemp()),
+        "pydantic>=2.12",
+        "anyio>=4.7",
+        "mcp<2,>=1.24",
+        "not-in-nixpkgs",
+        'pytest>=8; extra == "dev"',
+        'typing-extensions; python_version < "3.13"',
+        "Mcp>=2.0rc1",
+    )
+    assert build_sandbox.runtime_deps_check(wheel, available) == [
+        "pydantic>=2.12 not satisfied by version 2.11.7",
+        "not-in-nixpkgs not installed",
+        "mcp>=2.0rc1 not satisfied by version 1.27.1",
+    ]
+    shutil.rmtree(wheel.parent)
+
+
+def test_a_requirement_nixpkgs_does_not_meet_fails_the_package_build_as_the_hook_does(tmp_path: Path) -> None:
+    """The package's wheel is checked against its own `dependencies` at nixpkgs' versions, before the
+    check runs: asking for a newer pydantic than nixpkgs has, or for a package not among its
+    dependencies, fails the build with the hook's lines."""
+    try:
+        venv = build_sandbox.ensure_nixpkgs_venv()
+    except build_sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"the emulated build sandbox is unavailable: {exc}")
+    project = tmp_path / "python"
+    (project / "src/demo").mkdir(parents=True)
+    (project / "src/demo/__init__.py").write_text("")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "demo"\nversion = "1.0"\nrequires-python = ">=3.11"\ndependencies = ["pydantic>=99", "anyio>=4.7", "click"]\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["src/demo"]\n'
+    )
+    dists = {
+        build_sandbox._canonical(d.metadata["Name"]): d
+        for d in build_sandbox.importlib.metadata.distributions(
+            path=[str(next(venv.glob("lib/python*/site-packages")))]
+        )
+    }
+    with pytest.raises(build_sandbox.BuildFailed) as failed:
+        build_sandbox._build_package(
+            venv,
+            str(project),
+            tmp_path / "wheel",
+            dists,
+            dependencies=["pydantic", "anyio"],
+            build_system=["hatchling"],
+        )
+    assert str(failed.value).splitlines() == [
+        "Executing pythonRuntimeDepsCheck",
+        "Checking runtime dependencies for demo-1.0-py3-none-any.whl",
+        "  - click not installed",  # hatchling writes Requires-Dist sorted
+        f"  - pydantic>=99 not satisfied by version {build_sandbox.nixpkgs_versions()['pydantic']}",
+        "error: builder for 'demo-1.0' failed with exit code 1",
+    ]
+
+
+def test_without_cpython_3_13_the_sandbox_tests_skip_saying_what_to_run(tmp_path: Path) -> None:
+    """Not a traceback (a ValueError once, when the repository's .venv was missing): a skip with the command."""
+    env = {**os.environ, "HIVE_SANDBOX_PYTHON": str(tmp_path / "no-python3.13")}
+    test = f"{__file__}::test_the_sandbox_is_nixs_a_user_with_only_declared_tools_no_sys_no_network"
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test]
+    ran = subprocess.run(
+        argv, cwd=build_sandbox.REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert ran.returncode == 0 and "1 skipped" in ran.stdout, ran.stdout + ran.stderr
+    assert "pyenv install 3.13.0" in ran.stdout and "HIVE_SANDBOX_PYTHON" in ran.stdout, ran.stdout
