@@ -29,6 +29,9 @@ ARGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}  # a phone held upright (issue 23: the page must fit it)
+# axe-core from npm (peers/package.json, installed by .ci/run): the accessibility checks' engine.
+AXE = Path(__file__).resolve().parents[2] / "peers" / "node_modules" / "axe-core" / "axe.min.js"
 # HIVE_WEB_SCREENSHOTS=1 writes the story's screenshots to docs/web/ (the README shows them); otherwise
 # they are taken all the same, into the test's temporary directory.
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "web"
@@ -43,6 +46,11 @@ except ImportError:  # pragma: no cover - .ci/run installs it (python[dev])
 requires_browser = pytest.mark.skipif(
     sync_playwright is None or not CHROMIUM.exists(),
     reason=f"needs Playwright (pip: python[dev]) and chromium at {CHROMIUM} (apt-get install chromium), as .ci/run has",
+)
+
+
+requires_axe = pytest.mark.skipif(
+    not AXE.exists(), reason=f"needs axe-core at {AXE} (npm install --prefix peers), as .ci/run has"
 )
 
 
@@ -71,13 +79,19 @@ def login_link(service: Service) -> str:
 
 
 @contextmanager
-def browser() -> Iterator[BrowserContext]:
-    """Chromium with a fresh profile of its own, closed (and its profile removed) at the end."""
+def browser(viewport: dict[str, int] = VIEWPORT, *, bypass_csp: bool = False) -> Iterator[BrowserContext]:
+    """Chromium with a fresh profile of its own, closed (and its profile removed) at the end. `bypass_csp`
+    lets a test inject its own script (axe-core): never the view's pages' own doing."""
     profile = tempfile.mkdtemp(prefix="hh-chromium-")
     try:
         with sync_playwright() as playwright:
             context = playwright.chromium.launch_persistent_context(
-                profile, executable_path=str(CHROMIUM), headless=True, args=ARGS, viewport=VIEWPORT
+                profile,
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=ARGS,
+                viewport=viewport,
+                bypass_csp=bypass_csp,
             )
             context.set_default_timeout(WAIT_MS)
             try:

@@ -16,6 +16,7 @@ import importlib.resources
 import logging
 import os
 import secrets
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs
@@ -33,7 +34,7 @@ from hyperhive.harness.web.actions import ACTIONS, Refused
 from hyperhive.harness.web.auth import CODE_SECONDS, WebAuth
 from hyperhive.harness.web.files import WebEndpoint, WebError, load_secret, remove_endpoint, write_endpoint
 from hyperhive.harness.web.gate import WebGate
-from hyperhive.harness.web.panels import CSRF, NAMES, outbox_items, turn_rows
+from hyperhive.harness.web.panels import CSRF, NAMES, clock, outbox_items, title, turn_rows
 from hyperhive.harness.web.source import Panels, Parts, after_id, live_turns
 from hyperhive.harness.web.stream import LIFETIME, Streams
 
@@ -166,6 +167,8 @@ class WebApp:
         drawn = {name: await self.panels.get(name, after=seq) for name in NAMES}
         query = request.query
         return page.main(
+            title=title(self.parts.loop.state),
+            drawn=clock(time.time()),
             events=f"/events?after={after_id(self.parts.feed, seq)}",
             turns_html="".join(v.html for v in views),
             panels=drawn,
@@ -186,14 +189,14 @@ class WebApp:
         agent_id = int(agent) if agent.isdigit() and len(agent) < 19 else 0
         rows = await self.parts.inbox.for_agent(agent_id).turns_before(before, n)
         older = f"/turns?agent={agent_id}&before={rows[-1].id}&n={n}" if len(rows) == n else None
-        title = "Turns" if agent_id == 0 else f"Turns of sub-agent {agent_id}"
-        return page.listing("/turns", title, turn_rows(rows), older)
+        heading = "Turn history" if agent_id == 0 else f"Turn history of sub-agent {agent_id}"
+        return page.listing("/turns", heading, turn_rows(rows), older, drawn=clock(time.time()))
 
     async def outbox(self, request: Request) -> str:
         before, n = self._paging(request, MAX_OUTBOX_ROWS)
         rows = await self.parts.inbox.outbox_before(before, n)
         older = f"/outbox?before={rows[-1].id}&n={n}" if len(rows) == n else None
-        return page.listing("/outbox", "Outbox", outbox_items(rows), older)
+        return page.listing("/outbox", "Outbox", outbox_items(rows), older, drawn=clock(time.time()))
 
     # -- forms ---------------------------------------------------------------------------------------
 

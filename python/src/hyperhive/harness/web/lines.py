@@ -108,9 +108,17 @@ def items(turn: int, line: StreamLine) -> list[Item]:
     if isinstance(line, UserLine):
         return _user(turn, line)
     if isinstance(line, SystemLine | ResultLine):
-        kind = "end" if isinstance(line, ResultLine) else "system"
+        kind = f"end {ending(line)}" if isinstance(line, ResultLine) else "system"
         return [Block(f'<div class="{kind}">{esc(text)}</div>') for text in render_line(line, color=False)]
     return []
+
+
+def ending(line: ResultLine) -> str:
+    """How a turn ended, as its end line's class (its colour): `ok`, `cancelled` (the operator's doing, not a
+    success) or `error`; as the terminal paints them (runtime/render.py: green, yellow, red)."""
+    if line.stop_reason == "cancelled":
+        return "cancelled"
+    return "error" if line.is_error else "ok"
 
 
 def _shown(block: object) -> bool:

@@ -32,18 +32,21 @@ def document(title: str, body: str, *, script: str | None = None) -> str:
     )
 
 
-def top(where: str) -> str:
+def top(where: str, *, drawn: str) -> str:
+    """The bar on every page: the pages, whether this one follows the stream (`drawn`: when it was drawn,
+    which is all a page without the stream can say; live.js says `live` once it follows), log out."""
     nav = "".join(
-        f'<a href="{href}"{" class=here" if href == where else ""}>{name}</a>'
+        f'<a href="{href}"{" class=here aria-current=page" if href == where else ""}>{name}</a>'
         for href, name in (("/", "now"), ("/turns", "turns"), ("/outbox", "outbox"))
     )
     logout = (
         f'<form method="post" action="/logout" class="inline"><input type="hidden" name="csrf" value="{CSRF}">'
-        '<button type="submit">log out</button></form>'
+        '<button type="submit">Log out</button></form>'
     )
     return (
         f'<header class="top"><h1>hyperhive</h1><span class="version">{esc(__version__)}</span>'
-        f'<span id="stream" class="off">not live: reload to see more</span><nav>{nav}</nav>{logout}</header>'
+        f'<span id="stream" class="off">as of {esc(drawn)}</span>'
+        f'<nav aria-label="pages">{nav}</nav>{logout}</header>'
     )
 
 
@@ -51,51 +54,64 @@ def note(done: str | None, number: str | None) -> str:
     text = NOTES.get(done or "")
     if text is None or number is None or not number.isdigit() or len(number) > 18:
         return ""
-    return f'<p class="note">{esc(text.format(id=int(number)))}</p>'
+    return f'<p class="note" id="note" tabindex="-1">{esc(text.format(id=int(number)))}</p>'
 
 
-def main(*, events: str, turns_html: str, panels: dict[str, str], request_id: str, notice: str) -> str:
-    """The page of now: the agent, the send box, the turns in flight, and the side panels."""
+def main(
+    *, title: str, drawn: str, events: str, turns_html: str, panels: dict[str, str], request_id: str, notice: str
+) -> str:
+    """The page of now: the agent, the send box, the turns in flight, and the side panels. `announce` is the
+    polite live region live.js tells of turn ends and replies in (a screen reader says it when idle)."""
     send = (
-        '<section class="panel" id="send"><h2>Send</h2><form method="post" action="/send">'
+        '<section class="panel" id="send" aria-labelledby="send-title"><h2 id="send-title">Send</h2>'
+        '<form method="post" action="/send">'
         f'<input type="hidden" name="csrf" value="{CSRF}">'
         f'<input type="hidden" name="request_id" value="{esc(request_id)}">'
-        '<textarea name="body" rows="3" required placeholder="a message for the agent (a wake from the operator)">'
-        '</textarea><button type="submit">Send</button></form></section>'
+        '<label for="send-body">Message to the agent</label>'
+        '<textarea id="send-body" name="body" rows="3" required aria-describedby="send-hint"></textarea>'
+        '<div class="row"><button type="submit">Send</button>'
+        '<span class="hint" id="send-hint">a wake from the operator; Ctrl+Enter (⌘+Enter) sends</span></div>'
+        "</form></section>"
     )
     live = (
-        f'<section class="panel" id="live" data-events="{esc(events)}"><h2>Turns</h2>'
-        f'<div id="{LIVE}">{turns_html}</div></section>'
+        f'<section class="panel" id="live" data-events="{esc(events)}" aria-labelledby="live-title">'
+        f'<h2 id="live-title">Live turns</h2><div id="{LIVE}">{turns_html}</div>'
+        '<p class="none empty">no turn in flight: the next one shows here as it happens</p></section>'
     )
     side = "".join(panels[n] for n in ("queue", "tasks", "subagents", "outbox"))
     body = (
-        f'{top("/")}{notice}<main><div class="col wide">{panels["status"]}{send}{live}{panels["turns"]}</div>'
+        f"{top('/', drawn=drawn)}{notice}"
+        '<div id="announce" class="sr-only" role="status" aria-live="polite"></div>'
+        f'<main><div class="col wide">{panels["status"]}{send}{live}{panels["turns"]}</div>'
         f'<div class="col side">{side}</div></main>'
     )
-    return document("hyperhive", body, script="live.js")
+    return document(title, body, script="live.js")
 
 
-def listing(where: str, title: str, content: str, older: str | None) -> str:
+def listing(where: str, title: str, content: str, older: str | None, *, drawn: str) -> str:
     more = f'<p><a href="{esc(older)}">older</a></p>' if older else ""
-    section = f'<section class="panel"><h2>{esc(title)}</h2>{content}{more}</section>'
-    return document(f"hyperhive: {title}", f'{top(where)}<main class="one">{section}</main>')
+    section = f'<section class="panel" aria-labelledby="list-title"><h2 id="list-title">{esc(title)}</h2>'
+    return document(
+        f"{title} · hyperhive", f'{top(where, drawn=drawn)}<main class="one">{section}{content}{more}</section></main>'
+    )
 
 
 def login(problem: str | None = None) -> str:
-    said = f'<p class="why">{esc(problem)}</p>' if problem else ""
+    said = f'<p class="why" role="alert">{esc(problem)}</p>' if problem else ""
     body = (
         '<main class="one"><section class="panel login"><h1>hyperhive</h1>'
         "<p>Run <code>hyperhive web-login</code> where the service runs and open the link it prints, "
         "or paste its code here.</p>"
-        f'{said}<form method="post" action="/login" id="login"><input name="code" autocomplete="off" required '
-        'placeholder="code"><button type="submit">Log in</button></form></section></main>'
+        f'{said}<form method="post" action="/login" id="login"><label for="code">Login code</label>'
+        '<input id="code" name="code" autocomplete="off" required>'
+        '<button type="submit">Log in</button></form></section></main>'
     )
-    return document("hyperhive: log in", body, script="login.js")
+    return document("log in · hyperhive", body, script="login.js")
 
 
 def problem(status: int, text: str, *, back: str = "/") -> str:
     return document(
-        "hyperhive: refused",
-        f'<main class="one"><section class="panel"><h2>{status}</h2><p class="why">{esc(text)}</p>'
+        "refused · hyperhive",
+        f'<main class="one"><section class="panel"><h1>{status}</h1><p class="why">{esc(text)}</p>'
         f'<p><a href="{esc(back)}">back</a></p></section></main>',
     )

@@ -59,17 +59,44 @@ def badge(state: str) -> str:
     return f'<span class="badge {kind}">{esc(state)}</span>'
 
 
-def form(action: str, label: str, fields: Mapping[str, object] | None = None, *, cls: str = "") -> str:
-    """A POST form of one button; its values are ours (ids), still escaped."""
+def form(
+    action: str, label: str, fields: Mapping[str, object] | None = None, *, cls: str = "", name: str | None = None
+) -> str:
+    """A POST form of one button; its values are ours (ids), still escaped. `name` is what a screen reader
+    says of the button when its label alone ("cancel") would not say what it acts on; it holds the label."""
     hidden = "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(str(v))}">' for k, v in (fields or {}).items())
+    named = f' aria-label="{esc(name)}"' if name else ""
     return (
         f'<form method="post" action="{action}" class="inline {cls}">'
-        f'<input type="hidden" name="csrf" value="{CSRF}">{hidden}<button type="submit">{esc(label)}</button></form>'
+        f'<input type="hidden" name="csrf" value="{CSRF}">{hidden}'
+        f'<button type="submit"{named}>{esc(label)}</button></form>'
     )
 
 
-def panel(name: str, title: str, body: str) -> str:
-    return f'<section class="panel" id="panel-{name}"><h2>{esc(title)}</h2>{body}</section>'
+def panel(name: str, title: str, body: str, *, data: str = "") -> str:
+    """A panel: a section titled by its heading (`aria-labelledby`: a screen reader's list of regions)."""
+    return (
+        f'<section class="panel" id="panel-{name}" aria-labelledby="panel-{name}-title"{data}>'
+        f'<h2 id="panel-{name}-title">{esc(title)}</h2>{body}</section>'
+    )
+
+
+def headline(state: str) -> str:
+    """The agent's state in a word or two, as the tab's title says it: `working` for a turn in flight
+    (`turn 12`), else the state's words before any figure (`idle`, `backing off`, `store unavailable`)."""
+    if state.startswith("turn "):
+        return "working"
+    words = []
+    for word in state.partition(":")[0].split():
+        if not word.isalpha():
+            break
+        words.append(word)
+    return " ".join(words[:2]) or "starting"
+
+
+def title(state: str) -> str:
+    """The main page's title: the agent's state first, for a tab that is not the one looked at."""
+    return f"{headline(state)} · hyperhive"
 
 
 # -- status ------------------------------------------------------------------------------------------------
@@ -94,7 +121,9 @@ def status(doc: Mapping[str, Any], turn: int | None) -> str:
     ]
     dl = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in facts)
     cancel = form("/cancel-turn", f"Cancel turn {turn}", {"turn": turn}, cls="danger") if turn is not None else ""
-    return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}')
+    # The page's title follows the agent's state (web/static/live.js reads it from here on every change).
+    data = f' data-title="{esc(title(str(doc.get("state"))))}"'
+    return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}', data=data)
 
 
 # -- the wake queue ----------------------------------------------------------------------------------------
@@ -115,7 +144,7 @@ def queue(waiting: list[WakeRow], reminders: list[WakeRow], counts: QueueCounts)
     waiting_html = f'<ul class="list">{"".join(rows)}</ul>' if rows else '<p class="none">no wake waiting</p>'
     timers = [
         f'<li><span class="who">reminder {r.id}</span> due <span class="at">{when(r.not_before)}</span>'
-        f"{form('/reminders/cancel', 'cancel', {'id': r.id})}"
+        f"{form('/reminders/cancel', 'cancel', {'id': r.id}, name=f'Cancel reminder {r.id}')}"
         f'<div class="body">{esc(shorten(r.body, BODY_CHARS))}</div></li>'
         for r in reminders
     ]
@@ -135,7 +164,7 @@ def tasks(running: list[TaskView], ended: list[TaskView]) -> str:
         if not live:
             end = f" · exit {r.exit_code}" if r.exit_code is not None else f" · signal {r.signal}" if r.signal else ""
         owner = f" · {who(r.agent)}" if r.agent else ""
-        kill = form("/tasks/kill", "kill", {"id": r.id}, cls="danger") if live else ""
+        kill = form("/tasks/kill", "kill", {"id": r.id}, cls="danger", name=f"Kill task {r.id}") if live else ""
         out = last_lines(v.stdout.text, TAIL_LINES) if live else last_lines(v.stdout.text, 3)
         err = last_lines(v.stderr.text, TAIL_LINES // 2) if live else ""
         tail = f'<pre class="tail">{esc(out)}</pre>' if out else ""
@@ -203,7 +232,8 @@ def subagents(root: Node) -> str:
         profile = f" · profile {esc(r.profile)}" if r is not None else ""
         doing = f" · turn {n.turn}" if n.turn is not None else ""
         live = r is not None and not r.final
-        cancel = form("/subagents/cancel", "cancel", {"id": n.id}, cls="danger") if live else ""
+        named = f"Cancel sub-agent {n.id}"
+        cancel = form("/subagents/cancel", "cancel", {"id": n.id}, cls="danger", name=named) if live else ""
         task = f'<div class="body">{esc(shorten(r.task, 300))}</div>' if r is not None else ""
         error = f'<div class="why">{esc(shorten(r.error, 300))}</div>' if r is not None and r.error else ""
         below = f'<div class="stats">{esc(sub)}</div>' if sub else ""
@@ -236,20 +266,24 @@ def outbox(rows: list[OutboxRow]) -> str:
 
 
 def turn_rows(rows: list[TurnRow]) -> str:
+    """The turns as a table; on a narrow screen each row is a card (style.css), its cells labelled by the
+    `data-label` of those whose figure alone would not say what it is."""
     columns = ("turn", "started", "outcome", "stop reason", "took", "context", "cost", "wakes", "said")
-    head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
+    head = "<tr>" + "".join(f'<th scope="col">{c}</th>' for c in columns) + "</tr>"
     body = "".join(
-        f'<tr class="{esc(t.outcome)}"><td>{t.id}</td><td>{when(t.started_at)}</td><td>{esc(t.outcome)}</td>'
+        f'<tr class="{esc(t.outcome)}"><td data-label="turn">{t.id}</td><td>{when(t.started_at)}</td>'
+        f'<td class="outcome">{esc(t.outcome)}</td>'
         f"<td>{esc(t.stop_reason or '-')}</td><td>{secs(t.duration_ms)}</td>"
-        f"<td>{context(t.context_used, t.context_size)}</td>"
-        f"<td>{cost(t.cost_usd)}</td><td>{esc(', '.join(str(w) for w in t.wakes))}</td>"
-        f"<td>{esc(shorten(t.error or t.result or '', 200))}</td></tr>"
+        f'<td data-label="context">{context(t.context_used, t.context_size)}</td>'
+        f'<td>{cost(t.cost_usd)}</td><td data-label="wakes">{esc(", ".join(str(w) for w in t.wakes))}</td>'
+        f'<td class="said">{esc(shorten(t.error or t.result or "", 200))}</td></tr>'
         for t in rows
     )
     return f'<table class="turns"><thead>{head}</thead><tbody>{body}</tbody></table>'
 
 
 def turns(rows: list[TurnRow]) -> str:
+    """The last turns of the agent, ended (the live panel shows the turns in flight with their lines)."""
     if not rows:
-        return panel("turns", "Turns", '<p class="none">no turn yet</p>')
-    return panel("turns", "Turns", turn_rows(rows) + '<p><a href="/turns">every turn</a></p>')
+        return panel("turns", "Turn history", '<p class="none">no turn has ended yet</p>')
+    return panel("turns", "Turn history", turn_rows(rows) + '<p><a href="/turns">every turn</a></p>')

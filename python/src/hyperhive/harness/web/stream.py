@@ -133,7 +133,7 @@ class Streams:
             replace = {"op": "replace", "id": lines.LIVE, "html": html}
             out.append(frame([replace], event_id=after_id(self.parts.feed, seq)))
         drawn = [(name, await self.panels.get(name, after=sub.next_seq - 1)) for name in panels.NAMES]
-        out.append(page.panels(drawn) or b"")
+        out.append(page.panels(drawn, event_id=after_id(self.parts.feed, sub.next_seq - 1)) or b"")
         await _write(send, out)
         ends = anyio.current_time() + LIFETIME
         while anyio.current_time() < ends:
@@ -177,7 +177,7 @@ class Streams:
             await _write(page.send, out)
         if last is not None:
             for name in (n for n in DRAWN_FIRST if n in changed):
-                drawn = page.panels([(name, await self.panels.get(name, after=last))])
+                drawn = page.panels([(name, await self.panels.get(name, after=last))], after_id(self.parts.feed, last))
                 if drawn is not None:
                     await _write(page.send, [drawn])
             await _write(page.send, [frame(event_id=after_id(self.parts.feed, last))])  # all of it is on the page
@@ -198,14 +198,16 @@ class _Page:
         self.csrf = csrf
         self.has: dict[str, str] = {}
 
-    def panels(self, drawn: list[tuple[str, str]]) -> bytes | None:
-        """A message replacing the panels the page does not have as drawn (None: it has them all)."""
+    def panels(self, drawn: list[tuple[str, str]], event_id: str | None = None) -> bytes | None:
+        """A message replacing the panels the page does not have as drawn (None: it has them all). With the
+        id of the event they were drawn after, when known: a page that posted a form (live.js) keeps the
+        panels of its answer only when they are newer than what its stream has shown."""
         ops = []
         for name, html in drawn:
             if self.has.get(name) != html:
                 self.has[name] = html
                 ops.append({"op": "replace", "id": f"panel-{name}", "html": html.replace(panels.CSRF, self.csrf)})
-        return frame(ops) if ops else None
+        return frame(ops, event_id=event_id) if ops else None
 
 
 async def _write(send: Send, chunks: list[bytes]) -> None:

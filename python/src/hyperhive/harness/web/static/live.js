@@ -1,19 +1,53 @@
-// The web view's live stream (harness/web/stream.py): every message is a list of changes to the page, each
-// an element's HTML as the server drew it (every text in it escaped there). The browser resumes a lost
-// stream by itself, with the id of the last message it got; nothing else of the page needs this script.
+// The main page's script (the page works without it: every form posts and comes back to the page).
+//
+// The live stream (harness/web/stream.py): every message is a list of changes to the page, each an element's
+// HTML as the server drew it (every text in it escaped there). The browser resumes a lost stream by itself,
+// with the id of the last message it got.
+//
+// The forms: posted with fetch, so that the page stays as it was (open details, the scroll); the answer is
+// the page the form's redirect leads to, whose note is shown for a while and whose panels replace the
+// page's when they are newer than what the stream has shown. The send box sends on Ctrl+Enter (⌘+Enter).
+// Turn ends and new replies are said in the page's polite live region; the tab's title says the state.
 "use strict";
 (() => {
+  const NOTE_MS = 8000; // how long a form's note stays
+  const SAID_KEPT = 5; // what the live region keeps of what it said
   const live = document.getElementById("live");
-  const badge = document.getElementById("stream");
-  if (!live || !window.EventSource) return;
-  const say = (text, state) => {
-    badge.textContent = text;
-    badge.className = state;
+  const pill = document.getElementById("stream");
+  const region = document.getElementById("announce");
+  if (!live) return;
+  document.documentElement.classList.add("js");
+
+  // -- what a screen reader is told, and the title -----------------------------------------------------
+  const announce = (text) => {
+    if (!region || !text) return;
+    const said = document.createElement("p");
+    said.textContent = text.length > 300 ? `${text.slice(0, 299)}…` : text;
+    region.append(said);
+    while (region.children.length > SAID_KEPT) region.firstElementChild.remove();
   };
+  const retitle = () => {
+    const status = document.getElementById("panel-status");
+    if (status && status.dataset.title) document.title = status.dataset.title;
+  };
+  const newestReply = () => {
+    const item = document.querySelector("#panel-outbox .list > li");
+    return item ? { who: item.querySelector(".who")?.textContent, said: item.querySelector(".reply")?.textContent } : {};
+  };
+
+  // -- the stream ----------------------------------------------------------------------------------------
   const apply = (op) => {
     if (op.op === "replace") {
       const element = document.getElementById(op.id);
-      if (element) element.outerHTML = op.html;
+      if (!element) return;
+      const before = op.id === "panel-outbox" ? newestReply().who : null;
+      element.outerHTML = op.html;
+      const turn = /^turn-(\d+)-badge$/.exec(op.id);
+      if (turn) announce(`turn ${turn[1]} ${document.getElementById(op.id)?.textContent ?? ""}`);
+      if (op.id === "panel-outbox") {
+        const after = newestReply();
+        if (after.who && after.who !== before) announce(`reply ${after.who}: ${after.said ?? ""}`);
+      }
     } else if (op.op === "append") {
       const element = op.to.map((id) => document.getElementById(id)).find(Boolean);
       if (!element) return;
@@ -21,10 +55,107 @@
       if (op.keep) while (element.children.length > op.keep) element.firstElementChild.remove();
     }
   };
-  say("connecting…", "off");
-  const source = new EventSource(live.dataset.events);
-  source.onopen = () => say("live", "on");
-  source.onerror = () =>
-    say(source.readyState === EventSource.CLOSED ? "not live: reload the page" : "reconnecting…", "off");
-  source.onmessage = (message) => JSON.parse(message.data).forEach(apply);
+  // An event's id is `<the feed's epoch>-<its number>`: the page's stream has shown every event up to `seen`.
+  const parse = (id) => {
+    const [epoch, seq] = String(id || "").split("-");
+    return { epoch, seq: Number(seq) };
+  };
+  let seen = parse(new URLSearchParams(live.dataset.events.split("?")[1]).get("after"));
+  const say = (text, state) => {
+    pill.textContent = text;
+    pill.className = state;
+  };
+  let source = null;
+  if (window.EventSource) {
+    say("connecting…", "off");
+    source = new EventSource(live.dataset.events);
+    source.onopen = () => say("live", "on");
+    source.onerror = () =>
+      say(source.readyState === EventSource.CLOSED ? "not live: reload the page" : "reconnecting…", "off");
+    source.onmessage = (message) => {
+      JSON.parse(message.data).forEach(apply);
+      if (message.lastEventId) seen = parse(message.lastEventId);
+      retitle();
+    };
+  }
+  retitle();
+
+  // -- the note a form leaves --------------------------------------------------------------------------
+  let noteTimer = 0;
+  const showNote = (text, bad) => {
+    document.getElementById("note")?.remove();
+    clearTimeout(noteTimer);
+    const note = document.createElement("p");
+    note.id = "note";
+    note.className = bad ? "note bad" : "note";
+    note.tabIndex = -1;
+    note.textContent = text;
+    document.querySelector("header.top").after(note);
+    announce(text);
+    noteTimer = setTimeout(() => note.remove(), NOTE_MS);
+    return note;
+  };
+  const first = document.getElementById("note");
+  if (first) {
+    showNote(first.textContent, false);
+    first.remove();
+    history.replaceState(null, "", location.pathname); // a reload does not say it again
+  }
+
+  // -- the forms -----------------------------------------------------------------------------------------
+  const adopt = (fresh, form) => {
+    const note = fresh.getElementById("note");
+    if (note) showNote(note.textContent, false);
+    if (form.getAttribute("action") === "/send") {
+      form.reset();
+      const id = fresh.querySelector("#send input[name=request_id]");
+      if (id) form.elements.request_id.value = id.value; // the next message is another one
+    }
+    const drawn = parse(new URLSearchParams(fresh.getElementById("live")?.dataset.events.split("?")[1]).get("after"));
+    const following = source && source.readyState === EventSource.OPEN;
+    if (following && drawn.epoch === seen.epoch && drawn.seq <= seen.seq) return; // the stream is ahead
+    for (const panel of fresh.querySelectorAll("section.panel[id^=panel-]")) {
+      const element = document.getElementById(panel.id);
+      if (element) element.outerHTML = panel.outerHTML;
+    }
+    if (!following) {
+      const turns = fresh.getElementById("live-turns");
+      if (turns) document.getElementById("live-turns").outerHTML = turns.outerHTML;
+    }
+    retitle();
+  };
+  document.addEventListener("submit", async (event) => {
+    const form = event.target;
+    const action = form.getAttribute("action");
+    if (form.method !== "post" || action === "/logout" || !window.fetch || !window.DOMParser) return;
+    event.preventDefault();
+    if (form.dataset.busy) return; // a second press while the first is posted: one post
+    form.dataset.busy = "1";
+    const button = event.submitter || form.querySelector("button");
+    button?.setAttribute("aria-disabled", "true");
+    try {
+      const answer = await fetch(action, { method: "POST", body: new URLSearchParams(new FormData(form)) });
+      if (answer.redirected && new URL(answer.url).pathname === "/login") {
+        location.assign("/login");
+        return;
+      }
+      const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+      if (answer.ok) adopt(fresh, form);
+      else showNote(fresh.querySelector(".why")?.textContent || `refused (${answer.status})`, true);
+    } catch (error) {
+      showNote(`the service did not answer (${error.message}): try again`, true);
+    } finally {
+      delete form.dataset.busy;
+      button?.removeAttribute("aria-disabled");
+      // The button may be gone with its panel: the note takes the focus, where the keyboard goes on from.
+      if (!document.contains(button)) document.getElementById("note")?.focus({ preventScroll: true });
+    }
+  });
+  const box = document.getElementById("send-body");
+  box?.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      box.form.requestSubmit();
+    }
+  });
 })();

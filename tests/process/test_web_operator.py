@@ -1,0 +1,257 @@
+"""What the operator sees and does in the web view (issue 23, items 7 to 9), in a real browser: Chromium driven
+by Playwright on the real service with the demo agent. The page fits a phone, names its controls, says
+what happens to a screen reader and in the tab's title, sends on Ctrl+Enter, keeps itself as it was
+across an action, and axe-core finds nothing serious on any page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.process.web_browser import (
+    AXE,
+    PHONE,
+    Page,
+    browser,
+    demo_service,
+    logged_in,
+    requires_axe,
+    requires_browser,
+    screenshot,
+    web_url,
+)
+
+pytestmark = requires_browser
+
+# The page's own script, after an action, may not reload it: a mark left on the window survives only if not.
+MARK = "window.__kept = 'still this page'"
+
+
+def fits(page: Page) -> None:
+    """Nothing wider than the viewport: the page never scrolls sideways."""
+    wide, seen = page.evaluate("[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+    assert wide <= seen, f"{page.url} is {wide} px wide in a {seen} px viewport"
+
+
+def inside(page: Page, selector: str) -> None:
+    """The element is wholly within the viewport's width (not cut off at its right edge)."""
+    box = page.locator(selector).bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= page.viewport_size["width"], box
+
+
+def wait_for_reply(page: Page, text: str) -> None:
+    page.locator("#panel-outbox .reply", has_text=text).wait_for(timeout=60_000)
+
+
+def reminder_id(page: Page) -> str:
+    found = re.search(r"reminder (\d+)", page.locator("#panel-queue li", has_text="reminder").first.inner_text())
+    assert found is not None
+    return found.group(1)
+
+
+def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser(PHONE) as context:
+        login = context.new_page()
+        login.goto(f"{web_url(service)}/login")
+        fits(login)
+        page = logged_in(context, service)
+        fits(page)
+        inside(page, "header.top button")  # "log out", once cut off at the right
+        service.cli("send", "remind 3600s: a reminder with a long text " + "x" * 80)
+        page.locator("#panel-queue li", has_text="reminder").wait_for()
+        service.cli("send", "run: echo a-long-unbroken-line-" + "y" * 120)
+        wait_for_reply(page, "a-long-unbroken-line")
+        page.locator("#panel-turns tbody tr").nth(2).wait_for()
+        fits(page)
+        screenshot(page, "phone-main.png", tmp_path)
+        rows = page.locator("#panel-turns tbody tr")
+        for i in range(rows.count()):
+            box = rows.nth(i).bounding_box()
+            assert box is not None and box["height"] < 160, f"a history row is {box} on a phone"
+        for path in ("/turns", "/outbox"):
+            other = context.new_page()
+            other.goto(f"{web_url(service)}{path}")
+            fits(other)
+            inside(other, "header.top button")
+            screenshot(other, f"phone{path.replace('/', '-')}.png", tmp_path)
+
+
+def test_every_control_is_named_for_what_it_acts_on_and_the_send_box_has_a_label(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        login = context.new_page()
+        login.goto(f"{web_url(service)}/login")
+        assert login.get_by_label("Login code").count() == 1
+        page = logged_in(context, service)
+        assert page.get_by_label("Message to the agent").evaluate("e => e.tagName") == "TEXTAREA"
+        service.cli("send", "remind 3600s: later")
+        page.locator("#panel-queue li", has_text="reminder").wait_for()
+        reminder = reminder_id(page)
+        service.cli("send", "delegate: run 60s: sleep 60")
+        page.locator("#agent-1 .badge", has_text="working").wait_for(timeout=60_000)
+        page.locator("#panel-tasks .task", has_text="sub-agent 1").wait_for()
+        task = re.search(r"task (\d+)", page.locator("#panel-tasks .task .who").first.inner_text())
+        assert task is not None
+        for name in (f"Cancel reminder {reminder}", "Cancel sub-agent 1", f"Kill task {task.group(1)}", "Log out"):
+            assert page.get_by_role("button", name=name, exact=True).count() == 1, name
+        names = page.eval_on_selector_all("button", "bs => bs.map(b => b.getAttribute('aria-label') || b.innerText)")
+        assert not {"cancel", "kill"} & {n.strip().lower() for n in names}, names  # none a bare verb any more
+
+
+def test_a_live_region_announces_turn_ends_and_replies_politely(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        region = page.locator("[aria-live=polite]")
+        assert region.count() == 1
+        service.cli("send", "run: echo hello there")
+        wait_for_reply(page, "Task 1 finished: hello there")
+        page.wait_for_function(
+            "() => /turn \\d+ answered/.test(document.querySelector('[aria-live=polite]').textContent)"
+        )
+        page.wait_for_function(
+            "() => document.querySelector('[aria-live=polite]').textContent.includes('Task 1 finished: hello there')"
+        )
+
+
+def test_ctrl_enter_in_the_send_box_sends_it(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        page.evaluate(MARK)
+        box = page.get_by_label("Message to the agent")
+        box.fill("run: echo sent by the keyboard")
+        box.press("Control+Enter")
+        wait_for_reply(page, "sent by the keyboard")
+        assert box.input_value() == ""  # the message went, the box is ready for the next
+        box.fill("run: echo sent again")
+        box.press("Meta+Enter")
+        wait_for_reply(page, "sent again")
+        assert page.evaluate("window.__kept") == "still this page"
+        assert service.status()["turns"] >= 2
+
+
+def test_an_action_keeps_open_details_and_the_scroll_and_its_note_goes_away(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser(PHONE) as context:
+        page = logged_in(context, service)
+        service.cli("send", "remind 3600s: later")
+        page.locator("#panel-queue li", has_text="reminder").wait_for()
+        reminder = reminder_id(page)
+        tool = page.locator("article.turn .tool details").first
+        tool.locator("summary").click()
+        assert tool.evaluate("d => d.open")
+        page.evaluate(MARK)
+        button = page.get_by_role("button", name=f"Cancel reminder {reminder}", exact=True)
+        button.scroll_into_view_if_needed()
+        page.mouse.wheel(0, 120)
+        page.wait_for_function("() => window.scrollY > 0")
+        below = page.locator("#panel-tasks-title")  # what the operator sees stays where it was on the screen
+        seen = below.bounding_box()
+        button.click()
+        note = page.locator(".note", has_text=f"reminder {reminder} cancelled")
+        note.wait_for()
+        page.locator("#panel-queue li", has_text="reminder").wait_for(state="detached")
+        assert page.evaluate("window.__kept") == "still this page"  # not reloaded
+        assert tool.evaluate("d => d.open")  # the tool's details stayed open
+        now = below.bounding_box()
+        assert seen is not None and now is not None and abs(now["y"] - seen["y"]) <= 2, (seen, now)
+        assert page.evaluate("window.scrollY") > 0
+        note.wait_for(state="detached", timeout=20_000)  # the note dismisses itself
+
+
+def test_the_tab_title_says_the_agents_state(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        page.wait_for_function("() => document.title === 'idle · hyperhive'")
+        service.cli("send", "run 3s: sleep 2; echo done")
+        page.wait_for_function("() => document.title === 'working · hyperhive'")
+        page.wait_for_function("() => document.title === 'idle · hyperhive'", timeout=60_000)
+
+
+def test_panels_are_told_apart_and_a_cancelled_turn_does_not_end_in_the_success_colour(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        titles = page.locator("h2").all_inner_texts()
+        assert len(titles) == len(set(titles)), titles
+        live = page.locator("#live")
+        assert live.get_by_text("no turn in flight").is_visible()  # a fresh service: an empty panel says so
+        service.cli("send", "run: echo first")
+        wait_for_reply(page, "Task 1 finished: first")
+        assert not live.get_by_text("no turn in flight").is_visible()
+        service.cli("send", "run 30s: sleep 30")
+        page.locator("#panel-status button", has_text="Cancel turn").click()
+        page.locator("article.turn .badge.cancelled").wait_for()
+        ends = page.locator("article.turn .end")
+        ends.last.wait_for()
+        colours = ends.evaluate_all("es => es.map(e => [e.textContent, getComputedStyle(e).color])")
+        success = {c for text, c in colours if text.startswith("✓")}
+        cancelled = [c for text, c in colours if "cancelled" in text]
+        assert success and cancelled and not success & set(cancelled), colours
+        for path in ("/turns", "/outbox"):
+            history = context.new_page()
+            history.goto(f"{web_url(service)}{path}")
+            pill = history.locator("#stream").inner_text()
+            assert "not live" not in pill and "reload" not in pill, pill
+
+
+def axe(page: Page) -> list[dict[str, Any]]:
+    """The serious and critical violations axe-core finds on the page as it is."""
+    page.add_script_tag(path=str(AXE))
+    found: list[dict[str, Any]] = page.evaluate(
+        """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+            .filter(v => v.impact === 'serious' || v.impact === 'critical')
+            .map(v => ({id: v.id, impact: v.impact,
+                          nodes: v.nodes.map(n => n.target.join(' ') + ': ' + n.failureSummary)}))"""
+    )
+    return found
+
+
+def borders(page: Page) -> list[str]:
+    """Controls whose border is below 3:1 against the background behind them (WCAG 1.4.11)."""
+    found: list[str] = page.evaluate(
+        """() => {
+          const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+          const lum = ([r, g, b]) => [r, g, b]
+            .map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
+            .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+          const behind = (e) => { for (let p = e.parentElement; p; p = p.parentElement) {
+              const c = rgb(getComputedStyle(p).backgroundColor); if (c.length === 3 || c[3] > 0) return c; }
+            return [255, 255, 255]; };
+          const ratio = (a, b) => {
+            const [x, y] = [lum(a), lum(b)].sort((m, n) => n - m);
+            return (x + 0.05) / (y + 0.05);
+          };
+          return [...document.querySelectorAll('button, textarea, input:not([type=hidden])')].flatMap((e) => {
+            const style = getComputedStyle(e);
+            if (parseFloat(style.borderTopWidth) === 0) return [];
+            const edge = rgb(style.borderTopColor), back = behind(e), own = rgb(style.backgroundColor);
+            const r = Math.max(ratio(edge, back), own.length === 3 || own[3] > 0 ? ratio(own, back) : 0);
+            return r >= 3 ? [] : [`${e.outerHTML.slice(0, 80)}: ${r.toFixed(2)}:1`];
+          });
+        }"""
+    )
+    return found
+
+
+def checked(page: Page) -> dict[str, Any]:
+    return {"url": page.url, "axe": axe(page), "borders": borders(page)}
+
+
+@requires_axe
+def test_axe_finds_no_serious_violation_on_any_page(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser(bypass_csp=True) as context:
+        results = []
+        login = context.new_page()
+        login.goto(f"{web_url(service)}/login")
+        results.append(checked(login))
+        page = logged_in(context, service)
+        service.cli("send", "remind 3600s: later")
+        page.locator("#panel-queue li", has_text="reminder").wait_for()
+        service.cli("send", "delegate: run 60s: sleep 60")
+        page.locator("#panel-tasks .task", has_text="sub-agent 1").wait_for(timeout=60_000)
+        page.locator("article.turn .end").first.wait_for()
+        results.append(checked(page))
+        for path in ("/turns", "/outbox", "/turns?agent=1"):
+            other = context.new_page()
+            other.goto(f"{web_url(service)}{path}")
+            results.append(checked(other))
+        bad = [r for r in results if r["axe"] or r["borders"]]
+        assert not bad, bad
