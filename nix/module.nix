@@ -293,6 +293,21 @@ in
       '';
     };
 
+    openFilesLimit = mkOption {
+      type = types.ints.between 1024 1048576;
+      default = 65536;
+      description = ''
+        systemd's `LimitNOFILE=`: how many descriptors the service, its agent and their tasks may each
+        hold open (systemd's own default soft limit is 1,024). The service needs few: about 20 at rest, 4
+        for each agent process it keeps (its pipes and a pidfd), 2 for each running task, 1 for each
+        connection (the control socket, the HTTP tools and the web view bound theirs to a few hundred),
+        none for an idle sub-agent whose agent process was released. `hyperhive status` shows the count
+        against the limit, and the service logs a warning at 80% of it. What needs more is what inherits
+        the limit: Node.js agents, language servers and test runners watching a repository open
+        thousands of files. 65,536 leaves room for them; less than 1,024 is refused.
+      '';
+    };
+
     restrictNamespaces = mkOption {
       type = types.bool;
       default = true;
@@ -504,6 +519,7 @@ in
         ExecStartPre = lib.optional cfg.createWorkingDirectory createWorkdirCommand;
         ExecStart = "${lib.getExe cfg.package} agent";
         WatchdogSec = cfg.watchdogSec;
+        LimitNOFILE = cfg.openFilesLimit;
         # SIGTERM to the harness alone: it cancels the turn, ends its tasks (process groups and their
         # cgroups) and exits 0; whatever is left afterwards gets SIGKILL.
         KillMode = "mixed";

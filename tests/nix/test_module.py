@@ -94,6 +94,7 @@ def test_unit_settings_supervise_and_harden() -> None:
     assert (sc["Restart"], sc["RestartPreventExitStatus"]) == ("on-failure", 2)
     assert (sc["RestartSec"], sc["RestartSteps"], sc["RestartMaxDelaySec"]) == ("1s", 8, "2min")
     assert sc["WatchdogSec"] == 60
+    assert sc["LimitNOFILE"] == 65536  # systemd's default soft limit, 1,024, is the service's own argument
     assert (sc["StateDirectory"], sc["StateDirectoryMode"]) == ("hyperhive", "0700")
     assert sc["DynamicUser"] is True
     assert sc["MemoryDenyWriteExecute"] is False  # V8's JIT
@@ -594,3 +595,9 @@ def test_stand_ins_take_what_a_vm_test_node_sets() -> None:
     ]
     assert machine["sessionVariables"] == {"HIVE_STATE_DIR": "/var/lib/hyperhive", "XDG_DATA_DIRS": ["/a", "/b"]}
     assert machine["virtualisation"] == {"memorySize": 1024, "qemu": {"options": ["-smp 2"]}}
+
+
+def test_an_open_files_limit_below_systemds_default_is_refused() -> None:
+    assert eval_module({**DEMO, "openFilesLimit": 4096})["unit"]["serviceConfig"]["LimitNOFILE"] == 4096
+    with pytest.raises(NixError, match="openFilesLimit"):
+        eval_module({**DEMO, "openFilesLimit": 512})

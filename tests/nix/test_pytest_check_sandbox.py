@@ -215,7 +215,8 @@ def test_a_requirement_nixpkgs_does_not_meet_fails_the_package_build_as_the_hook
     (project / "src/demo/__init__.py").write_text("")
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
-        '[project]\nname = "demo"\nversion = "1.0"\nrequires-python = ">=3.11"\ndependencies = ["pydantic>=99", "anyio>=4.7", "click"]\n'
+        '[project]\nname = "demo"\nversion = "1.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["pydantic>=99", "anyio>=4.7", "click"]\n'
         '[tool.hatch.build.targets.wheel]\npackages = ["src/demo"]\n'
     )
     dists = {

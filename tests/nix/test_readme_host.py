@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import resource
 import shutil
 import sys
 import uuid
@@ -83,8 +84,13 @@ def test_the_readme_host_boots_and_root_runs_the_operator_command(tmp_path: Path
                 host.start()
                 host.wait_for_unit("hyperhive-agent.service", timeout=120)
                 host.wait_until_succeeds("test -S /var/lib/hyperhive/harness.sock", timeout=60)
-                # Root's login shell, with nothing but what the module installed.
-                host.succeed("hyperhive status")
+                # Root's login shell, with nothing but what the module installed. It shows the service's
+                # descriptors against the unit's limit (openFilesLimit, 65,536; systemd's default is 1,024),
+                # which the container's systemd can give only up to the hard limit the rig was started with.
+                status = host.succeed("hyperhive status")
+                assert "LimitNOFILE=65536" in host.succeed("systemctl cat hyperhive-agent.service")
+                limit = min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+                assert f"descriptors open of {limit} " in status, (limit, status)
                 host.succeed("test \"$(stat -c '%U %a' /srv/repo)\" = 'hyperhive 700'")
                 # The agent (`opencode acp`, standing in) answers in /srv/repo.
                 host.succeed("hyperhive send 'where are you?'")

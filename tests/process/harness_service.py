@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +125,11 @@ def running_service(tmp_path: Path, *, name: str = "service", **extra: str) -> I
             service.stop()
 
 
-def start_service(env: dict[str, str], log: Path) -> Service:
+def start_service(env: dict[str, str], log: Path, *, wrapper: Sequence[str] = ()) -> Service:
+    """The service, started through `wrapper` if given (`prlimit --nofile=1024:`, as a systemd unit has it)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hyperhive", "agent"], env=env, stdout=out, stderr=subprocess.STDOUT
+            [*wrapper, sys.executable, "-m", "hyperhive", "agent"], env=env, stdout=out, stderr=subprocess.STDOUT
         )
     service = Service(env, proc, log)
     try:

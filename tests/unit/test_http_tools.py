@@ -117,10 +117,7 @@ def inbox_on(store: Store, rings: list[float] | None = None) -> Iterator[Inbox]:
     """An inbox writing through `store` (so that closing it fails the writes), reading through its own."""
     with Store(store.path) as reader:
         doorbell = CountedDoorbell([] if rings is None else rings)
-        try:
-            yield Inbox(Records(store), Records(reader), feed=LiveFeed(), doorbell=doorbell)
-        finally:
-            doorbell.close()
+        yield Inbox(Records(store), Records(reader), feed=LiveFeed(), doorbell=doorbell)
 
 
 @asynccontextmanager

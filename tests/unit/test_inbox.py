@@ -7,6 +7,7 @@ callers, and a wake set aside was announced twice: once by `LiveRecords.set_asid
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
+from hyperhive.store.wakes import MAIN_AGENT
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.test_harness_loop import FakeRuntime, until
 
@@ -84,6 +86,61 @@ async def test_a_send_rings_the_doorbell_once(tmp_path: Path) -> None:
         assert doorbell.rings == 1
         (wake,) = await inbox.waiting_wakes()
         assert reply.result == {"wake_id": wake.id} and wake.body == "hello"
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_views_of_the_inbox_hold_no_descriptor_however_many_are_taken(tmp_path: Path) -> None:
+    # Issue 28: each view made a doorbell (a pipe) and, when the agent had one already, dropped it open: every
+    # sub-agent's start, every reminder tool call and history page leaked two descriptors.
+    async with opened(tmp_path) as (inbox, _):
+        before = open_descriptors()
+        for _ in range(200):
+            await inbox.for_agent(MAIN_AGENT).reminders()
+            inbox.for_agent(7)
+            inbox.listen(8)
+        assert open_descriptors() == before
+        inbox.forget_agent(8)
+        assert await inbox.listen(8).wait(0.01) is False, "a fresh doorbell: no ring left from before"
+
+
+async def test_a_doorbell_rung_before_the_wait_is_heard_once_and_rings_collapse(tmp_path: Path) -> None:
+    bell = Doorbell()
+    bell.ring()
+    bell.ring()
+    assert await bell.wait(5) is True
+    assert await bell.wait(0.01) is False, "both rings were one"
+    async with anyio.create_task_group() as tg:
+        heard: list[bool] = []
+
+        async def waiter() -> None:
+            heard.append(await bell.wait())
+
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        bell.ring()
+    assert heard == [True]
+
+
+async def test_a_sub_agents_loop_wakes_on_its_own_doorbell_and_rings_after_it_ended_are_dropped(
+    tmp_path: Path,
+) -> None:
+    async with opened(tmp_path) as (inbox, _):
+        view = inbox.listen(5)
+        async with anyio.create_task_group() as tg:
+            heard: list[bool] = []
+
+            async def loop() -> None:
+                heard.append(await view.wait(10))
+
+            tg.start_soon(loop)
+            await anyio.wait_all_tasks_blocked()
+            await view.add_wake("parent", "more")
+        assert heard == [True]
+        inbox.forget_agent(5)
+        await view.add_wake("parent", "after its end")  # stored; no loop to ring, and no error
 
 
 async def test_a_reminder_rings_when_set_and_when_cancelled_not_when_there_is_none(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ async def subagent_loop(tmp_path: Path, row: SubagentRow, runtime: Scripted) -> 
     inbox = await Inbox.open(tmp_path / "hyperhive.db", feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
-        inbox.for_agent(row.id),
+        inbox.listen(row.id),
         transcript=TranscriptSink(tmp_path / "transcripts"),
         notifier=None,
         policy=SUBAGENT_POLICY,

@@ -94,6 +94,11 @@ def _format_status(info: dict[str, Any]) -> str:
     if info.get("up"):
         svc = info["service"]
         lines.append(f"service:  running (pid {svc['pid']}, hyperhive {svc['version']}, up {svc['up_secs']} s)")
+        fds = svc.get("descriptors")
+        if fds:
+            limit = fds["limit"]
+            of = f" of {limit} ({100 * fds['open'] // limit}%)" if limit else " (no limit)"
+            lines.append(f"files:    {fds['open']} descriptors open{of}")
     elif info.get("problem"):
         lines.append(f"service:  NOT ANSWERING: {info['problem']} (read from the store)")
     else:

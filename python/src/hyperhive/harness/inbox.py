@@ -93,19 +93,24 @@ class Inbox:
         self._reading = SerialWorker()
 
     def for_agent(self, agent: int) -> Inbox:
-        """The view of `agent`'s wakes and turns: the same connections, workers and feed; its own doorbell."""
+        """The view of `agent`'s wakes and turns: the same connections, workers, feed and doorbells.
+
+        Any caller may take one (a tool call, a page); only the loop that `listen`s waits on it."""
         view = copy.copy(self)
         view.agent = agent
         view._writer = self._writer.for_agent(agent)
         view._reader = self._reader.for_agent(agent)
-        view.doorbell = self._doorbells.setdefault(agent, Doorbell())
         return view
 
+    def listen(self, agent: int) -> Inbox:
+        """The view a sub-agent's turn loop waits on: its doorbell is kept until `forget_agent`."""
+        self._doorbells.setdefault(agent, Doorbell())
+        return self.for_agent(agent)
+
     def forget_agent(self, agent: int) -> None:
-        """A sub-agent's loop is over: its doorbell is closed."""
-        bell = self._doorbells.pop(agent, None) if agent != MAIN_AGENT else None
-        if bell is not None:
-            bell.close()
+        """A sub-agent's loop is over: rings for it are dropped from now on."""
+        if agent != MAIN_AGENT:
+            self._doorbells.pop(agent, None)
 
     def _ring(self, agent: int) -> None:
         bell = self._doorbells.get(agent)
@@ -135,8 +140,6 @@ class Inbox:
     def close(self) -> None:
         self._reader.store.close()
         self._writer.store.close()
-        for bell in self._doorbells.values():
-            bell.close()
 
     async def _write(self, fn: Callable[..., _T], *args: object, **kwargs: object) -> _T:
         return await self._writing.run(fn, *args, **kwargs)
@@ -162,7 +165,7 @@ class Inbox:
         deadline = None if within is None else anyio.current_time() + within
         while True:
             step = LOOK_EVERY if deadline is None else max(0.0, min(LOOK_EVERY, deadline - anyio.current_time()))
-            if await self.doorbell.wait(step):
+            if await self._doorbells[self.agent].wait(step):
                 return True
             if deadline is not None and anyio.current_time() >= deadline:
                 return False

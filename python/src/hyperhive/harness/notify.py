@@ -1,13 +1,14 @@
 """Two small signals: the turn loop's doorbell, and systemd's notification socket.
 
 `Doorbell` is how the inbox (harness/inbox.py), after it stores a wake, tells the idle loop to look again.
-It is a non-blocking pipe: `ring()` is thread-safe and never blocks, several rings collapse into one, and
-the loop waits on it with no CPU at all (no polling).
+Every ring comes from the event loop (the inbox rings after its write returns; the engine calls its hook
+there), so it is a flag and an anyio event: several rings collapse into one, the loop waits with no CPU at
+all, and it holds no descriptor. (It was a pipe: one made and dropped by every look at an agent's view of
+the inbox leaked two descriptors, issue 28.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -18,32 +19,28 @@ log = logging.getLogger("hyperhive.harness")
 
 
 class Doorbell:
+    """Rung by whoever stores a wake; waited on by one loop. Call both from the event loop."""
+
     def __init__(self) -> None:
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._rung = False
+        self._event: anyio.Event | None = None
 
     def ring(self) -> None:
-        # A full pipe already holds a ring; a closed one belongs to a service that is stopping.
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._w, b"!")
+        self._rung = True
+        if self._event is not None:
+            self._event.set()
 
     async def wait(self, within: float | None = None) -> bool:
         """Wait for a ring (True) or `within` seconds (False); consumes every ring so far."""
-        rang = False
-        with anyio.move_on_after(within if within is not None else float("inf")):
-            await anyio.wait_readable(self._r)
-            rang = True
-        self._drain()
+        if not self._rung:
+            self._event = anyio.Event()
+            try:
+                with anyio.move_on_after(within if within is not None else float("inf")):
+                    await self._event.wait()
+            finally:
+                self._event = None
+        rang, self._rung = self._rung, False
         return rang
-
-    def _drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self._r, 4096):
-                pass
-
-    def close(self) -> None:
-        for fd in (self._r, self._w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 class SystemdNotifier:

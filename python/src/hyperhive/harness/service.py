@@ -35,6 +35,7 @@ from hyperhive.config import Config
 from hyperhive.control.lock import ServiceLock
 from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
+from hyperhive.harness import descriptors
 from hyperhive.harness.control import ControlServer, Handler, Reply, RequestRefused
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
@@ -186,7 +187,12 @@ class Service:
         rows = await self.subagents.list(None)
         last = stored.last_turn
         return {
-            "service": {"pid": os.getpid(), "version": __version__, "up_secs": round(time.time() - self.started_at)},
+            "service": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "up_secs": round(time.time() - self.started_at),
+                "descriptors": dataclasses.asdict(descriptors.in_use()),
+            },
             "state": self.loop.state,
             "runtime": self.runtime.name,
             "session": stored.session,
@@ -317,6 +323,7 @@ async def _run(
             stop_after = config.cancel_grace + STOP_MARGIN
             await tg.start(_watch_signals, loop, subagents, engine, tg, stop_after, notifier)
             tg.start_soon(notifier.watchdog)
+            tg.start_soon(descriptors.watch)
             startup.done()
             notifier.ready("idle")
             log.info("hyperhive %s serving %s (runtime %s)", __version__, config.state_dir, runtime.name)

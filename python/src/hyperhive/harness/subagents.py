@@ -293,7 +293,7 @@ class Subagents:
         running.runtime = Budgeted(inner, running)
         running.loop = TurnLoop(
             running.runtime,
-            self.inbox.for_agent(row.id),
+            self.inbox.listen(row.id),
             transcript=TranscriptSink(self.config.state.transcripts),
             notifier=None,
             policy=self.policy,
