@@ -4,11 +4,12 @@ delegating to claude-agent-acp, each against its fake provider (issue 17).
 The story, driven only by what the operator sends and what tasks print:
 `hyperhive send` → the parent calls `subagent_start` with a task and the profile `helper` (HIVE_SUBAGENTS)
 → the sub-agent, its own agent process in its own session, starts a background task with `run`
-(`wait_seconds: 0`) and ends its turn (that answer wakes the parent once: `from: subagent-<id>`) → idle, its
-agent is stopped (HIVE_SUBAGENT_IDLE_RELEASE) → the task ends and its wake is the sub-agent's, not the
-parent's; a new agent process loads the sub-agent's session → the sub-agent runs one more command inline, whose
-output is the parent's next directive, and ends its turn with it → that answer wakes the parent → the
-parent calls `reply` → the operator reads it in the outbox.
+(`wait_seconds: 0`) and ends its turn: progress, not its answer, since its task runs (the parent hears
+nothing; the sub-agent is still working) → out of a turn, its agent is stopped (HIVE_SUBAGENT_IDLE_RELEASE)
+→ the task ends and its wake is the sub-agent's, not the parent's; a new agent process loads the sub-agent's
+session → the sub-agent runs one more command inline, whose output is the parent's next directive, and ends
+its turn with it, nothing of its own pending → that answer, its final word, wakes the parent once
+(`from: subagent-<id>`) → the parent calls `reply` → the operator reads it in the outbox.
 
 The directives nest: the operator's message carries the sub-agent's task, whose first directive starts the
 background task, which prints the sub-agent's second directive, whose command prints the parent's `reply`
@@ -116,14 +117,15 @@ def test_a_parent_delegates_to_another_agent_whose_background_task_wakes_it_and_
         assert sub_turns[1]["wakes"] == [task_wake]
         # Its agent was stopped between them and its session loaded again (HIVE_SUBAGENT_IDLE_RELEASE).
         assert sub_turns[0]["session_id"] == sub_turns[1]["session_id"] is not None
-        assert f"sub-agent {sub} idle for 1 s: its agent process is stopped until its next turn" in svc.text()
+        assert f"sub-agent {sub} out of a turn for 1 s: its agent process is stopped until its next turn" in svc.text()
         ((state, n, answer),) = rows(svc, "SELECT state, turns, answer FROM subagents WHERE id = ?", sub)
         assert (state, n) == ("idle", 2) and ANSWER in answer
 
-        # Each answer woke the parent once: one wake per sub-agent turn, each delivered by exactly one of the
-        # parent's turns, which was answered; the parent saw nothing else of the sub-agent's.
+        # Its final answer woke the parent once (its first turn, its task still running, was progress: no
+        # wake), delivered by exactly one of the parent's turns, which was answered; the parent saw nothing
+        # else of the sub-agent's.
         told = rows(svc, "SELECT id, agent, delivered_at FROM wakes WHERE source = ?", f"subagent-{sub}")
-        assert len(told) == len(sub_turns) == 2, told
+        assert len(told) == 1, told
         parent_turns = turns(svc)
         for wake_id, agent, delivered_at in told:
             carried = [t for t in parent_turns if wake_id in t["wakes"]]

@@ -162,7 +162,8 @@ def _quiet_with_tasks(sc: Scenario, n: int) -> bool:
     (counts,) = rows(
         sc.state,
         "SELECT (SELECT COUNT(*) FROM tasks WHERE status = 'running' AND agent > 0),"
-        " (SELECT COUNT(*) FROM subagents WHERE state = 'idle'),"
+        # Between turns, a task of its own running: working (its answer is yet to come).
+        " (SELECT COUNT(*) FROM subagents WHERE state = 'working' AND turns >= 1),"
         " (SELECT COUNT(*) FROM turns WHERE outcome = 'running'),"
         " (SELECT COUNT(*) FROM wakes WHERE delivered_at IS NULL AND set_aside_at IS NULL AND cancelled_at IS NULL)",
     )

@@ -129,11 +129,9 @@ async def test_a_sub_agents_task_wakes_it_and_its_answer_wakes_the_parent_which_
         assert task_wakes == [(1, 1)], "the task's end woke the sub-agent, not its parent"
         await wait_for(svc, "the parent's turns to end", lambda: svc.status()["state"] == "idle")
         told = rows(svc, "SELECT agent, delivered_at IS NOT NULL FROM wakes WHERE source = 'subagent-1'")
-        assert told == [(0, 1), (0, 1)], "each of its two answers woke the parent once"
-        assert outbox(svc) == [
-            "Sub-agent 1 answered: Running the task's command in the background; I will answer when it ends.",
-            relayed,
-        ]
+        # Its first turn ended with its task running: progress, not an answer (issue 23).
+        assert told == [(0, 1)], "only its final answer woke the parent, once"
+        assert outbox(svc) == [relayed]
         row = subagent(svc, 1)
         assert (row["state"], row["turns"], row["parent"]) == ("idle", 2, 0)
         assert row["answer"] == "Task 1 finished: from the sub-agent's task"
@@ -149,11 +147,17 @@ async def test_a_restart_while_a_sub_agents_task_runs_takes_it_up_and_tells_each
     first = start_service(env, tmp_path / "first.log")
     try:
         first.cli("send", "delegate: run: echo begun; sleep 60")
-        await wait_for(first, "the sub-agent's first answer relayed", lambda: len(outbox(first)) == 1)
         await wait_for(first, "the task running", lambda: rows(first, "SELECT status FROM tasks") == [("running",)])
         await wait_for(
-            first, "every turn to end", lambda: not rows(first, "SELECT id FROM turns WHERE ended_at IS NULL")
+            first,
+            "the sub-agent's first turn and every other to end",
+            lambda: (
+                rows(first, "SELECT turns FROM subagents") == [(1,)]
+                and not rows(first, "SELECT id FROM turns WHERE ended_at IS NULL")
+            ),
         )
+        assert outbox(first) == [], "its turn left its task running: progress, nothing relayed yet"
+        assert subagent(first, 1)["state"] == "working"
         [(session,)] = rows(first, "SELECT DISTINCT session_id FROM turns WHERE agent = 1")
     finally:
         code = first.stop(stop)
@@ -161,17 +165,17 @@ async def test_a_restart_while_a_sub_agents_task_runs_takes_it_up_and_tells_each
     again = start_service(env, tmp_path / "second.log")
     try:
         # The task was cut by the stop; its end wakes the sub-agent, taken up in its own session.
-        await wait_for(again, "the task's end relayed", lambda: len(outbox(again)) == 2)
+        await wait_for(again, "the task's end relayed", lambda: len(outbox(again)) == 1)
         await wait_for(again, "the parent's turns to end", lambda: again.status()["state"] == "idle")
-        assert outbox(again)[1] == "Sub-agent 1 answered: Task 1 finished: begun"
+        assert outbox(again) == ["Sub-agent 1 answered: Task 1 finished: begun"]
         [(status,)] = rows(again, "SELECT status FROM tasks")
         assert status == "interrupted", "the stop cut the task; its end was still told"
         assert rows(again, "SELECT DISTINCT session_id FROM turns WHERE agent = 1") == [(session,)], "session/load"
         assert rows(again, "SELECT COUNT(*), COUNT(delivered_at) FROM wakes WHERE source = 'bash-task-1'") == [(1, 1)]
         told = rows(again, "SELECT COUNT(*), COUNT(delivered_at) FROM wakes WHERE source = 'subagent-1' AND agent = 0")
-        assert told == [(2, 2)], "each answer told the parent once"
+        assert told == [(1, 1)], "its final answer told the parent once"
         await anyio.sleep(1.0)  # nothing more comes
-        assert len(outbox(again)) == 2
+        assert len(outbox(again)) == 1
         row = subagent(again, 1)
         assert (row["state"], row["turns"]) == ("idle", 2)
         assert again.status()["subagents"][0]["state"] == "idle"
@@ -316,14 +320,16 @@ async def test_the_operator_lists_and_cancels_a_sub_agent_and_its_parent_is_told
     with serving(tmp_path) as svc:
         await call(svc, "subagent_start", task="run: sleep 60")
         await wait_for(svc, "the task running", lambda: rows(svc, "SELECT status FROM tasks") == [("running",)])
+        await wait_for(svc, "its first turn over", lambda: subagent(svc, 1)["turns"] == 1)
+        # Between turns, its task running: still working (its answer is yet to come), in no turn.
         listed = svc.cli("subagents").stdout.splitlines()
         assert listed[0].split() == ["id", "parent", "profile", "state", "turn", "turns", "context", "time", "task"]
-        assert listed[1].split()[:4] == ["1", "agent", "default", "idle"] and listed[1].endswith("run: sleep 60")
+        assert listed[1].split()[:4] == ["1", "agent", "default", "working"] and listed[1].endswith("run: sleep 60")
         [entry] = json.loads(svc.cli("subagents", "--json").stdout)["subagents"]
-        assert (entry["id"], entry["state"], entry["turns"]) == (1, "idle", 1)
+        assert (entry["id"], entry["state"], entry["turns"]) == (1, "working", 1)
         status = svc.cli("status").stdout.splitlines()
-        at = status.index("subagents: 1 idle")
-        assert status[at + 2].split()[:6] == ["1", "agent", "default", "idle", "-", "1"]
+        at = status.index("subagents: 1 working")
+        assert status[at + 2].split()[:6] == ["1", "agent", "default", "working", "-", "1"]
         assert svc.cli("subagents", "cancel", "1").stdout == "sub-agent 1 is cancelled: cancelled by the operator\n"
         await wait_for(svc, "the task killed", lambda: rows(svc, "SELECT status FROM tasks") != [("running",)])
         # Not its parent's doing: the parent is woken, and the demo agent relays it.

@@ -24,6 +24,7 @@ from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.store.database import Store
 from hyperhive.store.subagents import SubagentTable, TurnReport
+from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import WakeRow, WakeTable
 from hyperhive.subagent_profiles import Profile, SubagentLimits
 from tests.unit.test_harness_loop import FakeRuntime
@@ -318,3 +319,83 @@ async def test_a_sub_agent_in_a_turn_keeps_its_agent_however_long_the_turn(tmp_p
             await runtime.started.wait()
         await anyio.sleep(0.5)
         assert runtime.in_turn and runtime.released == 0
+
+
+# -- a sub-agent's answer is its final word (issue 23) -----------------------------------------------------
+
+
+def task_then_answer(store: Store, started: list[int]) -> Callable[[str], ResultLine]:
+    """A sub-agent that starts a background task in its first turn (its own, as the bash server records it)
+    and answers when the task's end wakes it."""
+
+    def script(prompt: str) -> ResultLine:
+        if "The task:" in prompt:
+            task = TaskTable(store).create("sleep 1", "/", None, 1, "x", agent=1)
+            started.append(task.id)
+            return ResultLine(result="Running it in the background; I will answer when it ends.")
+        return ResultLine(result="the task is done: 42")
+
+    return script
+
+
+def end_task(store: Store, inbox: Inbox, task_id: int) -> None:
+    TaskTable(store).write_end(task_id, "done", exit_code=0, wake=(f"bash-task-{task_id}", "task done"))
+    inbox.wake_committed(1)
+
+
+async def test_a_turn_that_leaves_a_task_running_is_progress_and_the_parent_hears_only_the_final_answer(
+    tmp_path: Path,
+) -> None:
+    started: list[int] = []
+    with Store(tmp_path / "state" / "hyperhive.db") as store:
+        async with hive(tmp_path, task_then_answer(store, started)) as (subagents, inbox, runtimes):
+            row, _ = await subagents.start(0, "compute it")
+            await until(lambda: _true(len(runtimes[row.id].prompts) == 1 and bool(started)))
+            await until(lambda: _answered_progress(subagents, row.id))
+            stored = await subagents.status(0, row.id)
+            assert stored.state == "working", "its work goes on: a task of its own runs"
+            assert stored.turns == 1 and await parent_wakes(inbox) == []
+            assert await inbox.working_subagents(0) == 1, "counted by the concurrency limit"
+            end_task(store, inbox, started[0])
+            await until(lambda: parent_wakes(inbox))
+            (wake,) = await parent_wakes(inbox)
+            assert wake.body == "the task is done: 42"
+            stored = await subagents.status(0, row.id)
+            assert (stored.state, stored.turns, stored.answer) == ("idle", 2, "the task is done: 42")
+
+
+async def _answered_progress(subagents: Subagents, sid: int) -> bool:
+    return (await subagents.status(0, sid)).turns == 1
+
+
+async def test_a_parent_waiting_inline_gets_the_final_answer_not_the_progress(tmp_path: Path) -> None:
+    started: list[int] = []
+    with Store(tmp_path / "state" / "hyperhive.db") as store:
+        async with hive(tmp_path, task_then_answer(store, started)) as (subagents, inbox, _):
+
+            async def finish_soon() -> None:
+                await until(lambda: _true(bool(started)))
+                await anyio.sleep(0.2)
+                end_task(store, inbox, started[0])
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(finish_soon)
+                _, inline = await subagents.start(0, "compute it", wait=10)
+            assert inline is not None and (inline.state, inline.answer) == ("idle", "the task is done: 42")
+            await anyio.sleep(0.1)
+            assert await parent_wakes(inbox) == [], "told inline, not twice"
+
+
+async def test_a_sub_agent_woken_by_its_own_task_is_working_while_its_turn_runs(tmp_path: Path) -> None:
+    started: list[int] = []
+    with Store(tmp_path / "state" / "hyperhive.db") as store:
+        async with hive(tmp_path, task_then_answer(store, started)) as (subagents, inbox, runtimes):
+            row, _ = await subagents.start(0, "compute it")
+            await until(lambda: _answered_progress(subagents, row.id))
+            # As after a restart, where the sub-agent was idle: a wake of its own (its task's end) starts a turn.
+            store.db.execute("UPDATE subagents SET state = 'idle' WHERE id = ?", (row.id,))
+            runtimes[row.id].hang = True
+            end_task(store, inbox, started[0])
+            await until(lambda: _true(runtimes[row.id].in_turn))
+            assert (await subagents.status(0, row.id)).state == "working"
+            assert await inbox.working_subagents(0) == 1

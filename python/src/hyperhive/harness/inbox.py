@@ -239,16 +239,18 @@ class Inbox:
         attempt: Sequence[int] = (),
         report: TurnReport | None = None,
         parent: int = MAIN_AGENT,
-    ) -> None:
+    ) -> SubagentState | None:
         """Record the turn's end with the delivery of its wakes (one transaction, records.py); announce it. A
-        sub-agent's `report` goes in the same transaction, with the wake for its `parent`, whose loop is rung."""
-        told = await self._write(
+        sub-agent's `report` goes in the same transaction, with the wake for its `parent` when it is its final
+        word (its loop is rung then); the sub-agent's state as written (None: no report, or it had ended)."""
+        state = await self._write(
             self._writer.end_turn, turn_id, end, deliver=deliver, refund=refund, attempt=attempt, report=report
         )
-        if told:
+        if report is not None and report.parent_wake is not None and state not in (None, "working"):
             self._ring(parent)
         event = {"event": "turn_end", "turn": turn_id, "outcome": end.outcome, "error": end.error}
         self.feed.publish(self.tagged(event))
+        return state
 
     def tagged(self, event: dict[str, object]) -> dict[str, object]:
         """A sub-agent's events name it (`tail` tags them)."""
@@ -297,6 +299,12 @@ class Inbox:
         if ended:
             self._announce_subagent(subagent_id)
         return ended
+
+    async def tell_parent(self, subagent_id: int, body: str) -> None:
+        """A sub-agent's word for its parent, as a wake (one its parent waited for inline and could not take)."""
+        parent = await self._write(SubagentTable(self._writer.store).tell_parent, subagent_id, body)
+        if parent is not None:
+            self._ring(parent)
 
     async def subagent(self, subagent_id: int) -> SubagentRow | None:
         return await self._read(SubagentTable(self._reader.store).find, subagent_id)

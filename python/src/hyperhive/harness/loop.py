@@ -53,7 +53,7 @@ from hyperhive.runtime.errors import TurnError, Unsupported
 from hyperhive.runtime.stream import ResultLine, StreamLine
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import describe_sqlite_error
-from hyperhive.store.subagents import TurnReport
+from hyperhive.store.subagents import SubagentState, TurnReport
 from hyperhive.store.wakes import WakeRow
 
 log = logging.getLogger("hyperhive.harness")
@@ -83,8 +83,8 @@ class Reporter(Protocol):
 
     def report(self, end: TurnEnd, carried: Sequence[int]) -> TurnReport | None: ...
 
-    def recorded(self) -> None:
-        """The turn's end, with its report, is written."""
+    def recorded(self, state: SubagentState | None) -> None:
+        """The turn's end, with its report, is written; the sub-agent's state after it (None: not written)."""
 
 
 class TurnLoop:
@@ -262,11 +262,11 @@ class TurnLoop:
         report = (
             self.reporter.report(end, prompt.wake_ids) if self.reporter is not None and not self._stopping else None
         )
-        await self._end_turn(
+        state = await self._end_turn(
             turn_id, end, deliver=prompt.wake_ids if answered else [], refund=refund, attempt=attempt, report=report
         )
         if self.reporter is not None:
-            self.reporter.recorded()
+            self.reporter.recorded(state)
         log.info("%sturn %d %s%s", who, turn_id, end.outcome, f": {end.error}" if end.error else "")
         self._operator_cut = self._cancelled == turn_id and not answered and not self._stopping
         self._cancelled = None
@@ -289,13 +289,14 @@ class TurnLoop:
         refund: list[int],
         attempt: list[int],
         report: TurnReport | None = None,
-    ) -> None:
+    ) -> SubagentState | None:
         """Record the turn's end, retrying while the store cannot take it: the turn was had, so its end (and
         the delivery of its wakes) is held back and written once there is room, never the turn run again.
-        A stop gives up (the next start marks the turn interrupted and carries its wakes again)."""
+        A stop gives up (the next start marks the turn interrupted and carries its wakes again). A sub-agent's
+        state after it (None: the main agent's turn, or not written)."""
         while True:
             try:
-                await self.inbox.end_turn(
+                state = await self.inbox.end_turn(
                     turn_id,
                     end,
                     deliver=deliver,
@@ -307,11 +308,11 @@ class TurnLoop:
             except sqlite3.Error as exc:
                 if self._stopping:
                     log.error("turn %d: recording its end failed: %s", turn_id, describe_sqlite_error(exc, self._db))
-                    return
+                    return None
                 await self._store_failed(f"recording the end of turn {turn_id}", exc)
                 continue
             self._store_retry = STORE_RETRY_FIRST
-            return
+            return state
 
     @property
     def _db(self) -> Path:

@@ -84,8 +84,8 @@ def add_tools(mcp: FastMCP[Any], inbox: Inbox, in_flight: Callable[[], TurnRepli
         text = _check_body(body)
         if (agent := caller()) != MAIN:
             raise ToolError(
-                f"you are sub-agent {agent}: the operator does not read you. Your answer is the final message "
-                "of your turn, which goes to the agent that started you; end your turn with it."
+                f"you are sub-agent {agent}: the operator does not read you. Your answer is your final message "
+                "once your work is done, which goes to the agent that started you; end your turn with it."
             )
         turn = in_flight()
         row = await _stored("the reply", inbox.add_outbox(AGENT, text, turn.turn_id if turn else None))

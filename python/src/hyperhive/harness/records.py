@@ -23,7 +23,7 @@ from typing import Literal
 from hyperhive.harness.carried_again import MAX_ITEMS, MAX_TURNS, CutTurn, Done, reminder_state, task_state
 from hyperhive.statedir import layout
 from hyperhive.store.database import Store
-from hyperhive.store.subagents import SubagentTable, TurnReport
+from hyperhive.store.subagents import SubagentState, SubagentTable, TurnReport
 from hyperhive.store.tasks import TaskTable
 from hyperhive.store.wakes import MAIN_AGENT, QueueCounts, WakeRow, WakeTable
 
@@ -159,10 +159,13 @@ class Records:
     def begin_turn(self, wake_ids: list[int], prompt_chars: int) -> int:
         """Record a turn's start. It costs its wakes an attempt only once the agent starts on it (`attempt`):
         a service killed before that (say while the agent was still starting) was not the wakes' fault."""
-        cur = self.db.execute(
-            "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome, agent) VALUES (?, ?, ?, 'running', ?)",
-            (time.time(), json.dumps(wake_ids), prompt_chars, self.agent),
-        )
+        with self.store.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO turns (started_at, wake_ids, prompt_chars, outcome, agent) VALUES (?, ?, ?, 'running', ?)",
+                (time.time(), json.dumps(wake_ids), prompt_chars, self.agent),
+            )
+            if self.agent != MAIN_AGENT:
+                SubagentTable(self.store).turn_begun(self.agent)
         assert cur.lastrowid is not None
         return cur.lastrowid
 
@@ -179,12 +182,12 @@ class Records:
         refund: Sequence[int] = (),
         attempt: Sequence[int] = (),
         report: TurnReport | None = None,
-    ) -> bool:
+    ) -> SubagentState | None:
         """Record the turn's end; the wakes in `deliver` are marked delivered in the same transaction, those
         in `refund` get back the attempt the turn cost them (a turn the service itself cut short), and those
         in `attempt` are charged one (a turn that failed before the agent started on it). A sub-agent's turn
-        brings its `report` (store/subagents.py), written in the same transaction with its parent's wake:
-        True when that wake was written."""
+        brings its `report` (store/subagents.py), written in the same transaction with its parent's wake when
+        it is its final word: the sub-agent's state as written (None: no report, or it had ended)."""
         now = time.time()
         values = {c: getattr(end, c) for c in _END_COLUMNS}
         if end.result is not None:
@@ -198,10 +201,9 @@ class Records:
             self.wakes.refund(refund)
             self.wakes.charge(attempt)
             if report is None:
-                return False
+                return None
             # A failure told to the parent sets its wakes aside with it (the report's `set_aside`).
-            written = SubagentTable(self.store).after_turn(self.agent, report)
-        return written and report.parent_wake is not None
+            return SubagentTable(self.store).after_turn(self.agent, report)
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""

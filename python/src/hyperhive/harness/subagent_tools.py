@@ -28,11 +28,11 @@ STATUS_ANSWER_CHARS = 100_000
 
 _START = (
     "Start a sub-agent: another agent, in a session of its own, that works on `task` in the background while "
-    "you go on. It has the bash tools and these tools too. Its answer (the final message of its turn) comes "
-    "to you as a wake from `subagent-<id>`; so does a failure. With `wait_seconds` (at most 30) you get the "
-    "answer here instead, if it comes that soon. `profile` picks another agent to run it (see subagent_list); "
-    "by default it runs as you do. Write the task so it stands alone: the sub-agent knows nothing of your "
-    "conversation. Returns its id."
+    "you go on. It has the bash tools and these tools too. Its answer (its final message once its work is done, "
+    "no background task of its own still running) comes to you as a wake from `subagent-<id>`; so does a "
+    "failure. With `wait_seconds` (at most 30) you get the answer here instead, if it comes that soon. "
+    "`profile` picks another agent to run it (see subagent_list); by default it runs as you do. Write the task "
+    "so it stands alone: the sub-agent knows nothing of your conversation. Returns its id."
 )
 _STATUS = "A sub-agent's state (working, idle, failed, or ended), its turns and time, and its last answer, whole."
 _MESSAGE = (

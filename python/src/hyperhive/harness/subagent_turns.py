@@ -44,7 +44,12 @@ class Running:
     runtime: Budgeted | None = None
     loop: TurnLoop | None = None
     waiters: int = 0
-    inline: TurnReport | None = None  # a report decided for an inline waiter: no wake was written
+    # A report decided while a parent waited inline is held for it (the store writes no wake): `deciding` until
+    # its turn's end is written, then `inline` if it was the sub-agent's final word (with the wake's text, for a
+    # waiter cancelled before it could take it, harness/subagents.py).
+    deciding: TurnReport | None = None
+    inline: TurnReport | None = None
+    held_wake: str = ""
     reported: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     busy_ms: int = 0
@@ -99,16 +104,22 @@ class Reporter:
             set_aside=tuple(carried) if state == "failed" else (),
         )
         if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
-            r.inline = report
+            r.deciding, r.held_wake = report, wake
         else:
             report = dataclasses.replace(report, parent_wake=wake)
         if report.state in ("interrupted", "spent") and r.loop is not None:
             r.loop.stop()  # ended for good: its loop ends once this turn's end is written
         return report
 
-    def recorded(self) -> None:
-        """The turn's end (and its report) is written: whoever waits for it looks."""
-        event, self.running.reported = self.running.reported, anyio.Event()
+    def recorded(self, state: SubagentState | None) -> None:
+        """The turn's end (and its report) is written, the sub-agent now `state` (None: it had ended, or the
+        end could not be written): whoever waits for it looks. A report held for an inline waiter is its
+        answer if it was the final word (not `working`: work of its own still pending)."""
+        r = self.running
+        held, r.deciding = r.deciding, None
+        if held is not None and state is not None and state != "working":
+            r.inline = dataclasses.replace(held, state=state)
+        event, r.reported = r.reported, anyio.Event()
         event.set()
 
 

@@ -268,9 +268,10 @@ class Subagents:
         delegate = "" if profile.delegate else " You cannot start sub-agents of your own."
         return (
             f"You are a sub-agent, started by {_who(by)} to do the task below. You work in {where}. "
-            "Your final message in each turn is your answer: it goes to the agent that started you, and only "
-            "to it (the operator does not read you, and hyperhive's `reply` is not for you). Your background "
-            "bash tasks wake you when they end, and messages from that agent come as `parent`."
+            "Your answer is your final message in the turn that ends your work: it goes to the agent that "
+            "started you, and only to it (the operator does not read you, and hyperhive's `reply` is not for "
+            "you). A turn you end while a background bash task of yours still runs is not your answer: the "
+            "task's end wakes you, and you answer then. Messages from that agent come as `parent`."
             f"{delegate}\n\nThe task:\n{task}"
         )
 
@@ -318,7 +319,9 @@ class Subagents:
             assert running.runtime is not None
             if await running.runtime.release():
                 log.info(
-                    "sub-agent %d idle for %g s: its agent process is stopped until its next turn", running.id, after
+                    "sub-agent %d out of a turn for %g s: its agent process is stopped until its next turn",
+                    running.id,
+                    after,
                 )
 
     async def _drive(self, running: Running) -> None:
@@ -341,11 +344,24 @@ class Subagents:
             with anyio.move_on_after(wait):
                 while running.inline is None and not running.done.is_set():
                     await running.reported.wait()
+            # A report decided while this waiter was counted is held for it (no wake was written): its end is
+            # being written; once it is, it is returned here if it was the final word, else a wake will tell.
+            await _held_written(running)
+        except BaseException:  # the parent's call was cancelled: what was held for it is told as a wake after all
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.cancel_grace + 5.0):
+                await _held_written(running)
+                held, running.inline = running.inline, None
+                if held is not None:
+                    await self.inbox.tell_parent(running.id, running.held_wake)
+            raise
         finally:
             running.waiters -= 1
-        # Set when the report was decided (synchronously, with the waiter still counted), never lost: were the
-        # wait to run out while that end is being written, no wake is written for it and it is returned here.
         return running.inline
+
+
+async def _held_written(running: Running) -> None:
+    while running.deciding is not None and not running.done.is_set():
+        await running.reported.wait()
 
 
 def _who(agent: int) -> str:

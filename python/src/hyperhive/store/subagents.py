@@ -4,9 +4,14 @@ A sub-agent is its own session of its own agent process, driven turn after turn 
 (harness/subagents.py). Its row says who started it (`parent`: 0 for the service's own agent), how deep it
 is, which profile runs it and where, and where it stands:
 
-    working ─ its turn ends answered ─▶ idle ─ a message from its parent ─▶ working
-       │ ─ its turn fails ─▶ failed ─ a message ─▶ working
+    working ─ its turn ends answered, nothing of its own pending ─▶ idle ─ a message, or a wake of its own ─▶ working
+       │ ─ its turn fails ─▶ failed ─ a message, or a wake of its own ─▶ working
        └ cancelled · interrupted (its agent could not resume it) · spent (its time budget is used up): final
+
+A sub-agent's answer is its final word: a turn that ends answered while a task of its own still runs or a wake
+of its own waits (a reminder included) has not answered yet. It stays working, its text is kept as its progress
+(`answer`, which subagent_status shows), and its parent is told only by the turn that ends with nothing pending.
+A sub-agent in a turn is working, whatever woke it (`turn_begun`).
 
 Every change is written together with what follows from it, in one transaction: a sub-agent and the wake
 that carries its task; a turn's end and the wake that tells the parent (inside the turn's own transaction,
@@ -18,6 +23,7 @@ agent's are; when that has happened too often (`gave_up`), the sub-agent has fai
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -156,10 +162,28 @@ class SubagentTable:
             self._wakes.for_agent(subagent_id).insert(PARENT, body)
         return self.get(subagent_id)
 
-    def after_turn(self, subagent_id: int, report: TurnReport) -> bool:
-        """Record a turn's end on the sub-agent and, when the report has one, the parent's wake. Joins the
-        caller's transaction (the turn's end). A sub-agent that ended for good meanwhile (cancelled while
-        the turn wound down) keeps its state and sends nothing: False."""
+    def turn_begun(self, subagent_id: int) -> None:
+        """The sub-agent is in a turn, so it is working, whoever woke it (its task's end, its reminder).
+        Joins the caller's transaction (the turn's start)."""
+        self.store.db.execute(
+            "UPDATE subagents SET state = 'working' WHERE id = ? AND state IN ('idle', 'failed')", (subagent_id,)
+        )
+
+    def pending(self, subagent_id: int) -> bool:
+        """Whether the sub-agent has work of its own still to come: a task not ended, or a wake owed it
+        (due or not)."""
+        (tasks,) = self.store.one(
+            "SELECT COUNT(*) FROM tasks WHERE agent = ? AND status IN ('pending', 'running')", (subagent_id,)
+        )
+        counts = self._wakes.for_agent(subagent_id).counts()
+        return bool(tasks) or counts.waiting + counts.scheduled > 0
+
+    def after_turn(self, subagent_id: int, report: TurnReport) -> SubagentState | None:
+        """Record a turn's end on the sub-agent and, when it is its final word, the parent's wake; the state
+        written. Joins the caller's transaction (the turn's end, whose wakes are delivered by then). An answer
+        with work of its own pending keeps the sub-agent working and tells the parent nothing yet. A
+        sub-agent that ended for good meanwhile (cancelled while the turn wound down) keeps its state and
+        sends nothing: None."""
         now = time.time()
         answer = report.answer
         if answer is not None and len(answer) > MAX_ANSWER_CHARS:
@@ -167,7 +191,9 @@ class SubagentTable:
         with self.store.transaction() as db:
             row = self.find(subagent_id)
             if row is None or row.final:
-                return False
+                return None
+            if report.state == "idle" and self.pending(subagent_id):
+                report = dataclasses.replace(report, state="working", parent_wake=None)
             db.execute(
                 "UPDATE subagents SET state = ?, turns = turns + 1, busy_ms = busy_ms + ?,"
                 " answer = COALESCE(?, answer), error = ?, context_used = COALESCE(?, context_used),"
@@ -193,7 +219,7 @@ class SubagentTable:
                 self._wakes.for_agent(subagent_id).set_aside(report.set_aside, reason, now=now)
             if report.parent_wake is not None:
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), report.parent_wake, now=now)
-        return True
+        return report.state
 
     def end(self, subagent_id: int, state: SubagentState, error: str, parent_wake: str | None) -> bool:
         """End a sub-agent for good (cancelled, interrupted, spent): its waiting wakes are set aside and its
@@ -211,6 +237,16 @@ class SubagentTable:
             if parent_wake is not None:
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), parent_wake, now=now)
         return True
+
+    def tell_parent(self, subagent_id: int, body: str) -> int | None:
+        """A wake from the sub-agent for its parent; the parent (to ring), or None when there is no such
+        sub-agent."""
+        with self.store.transaction():
+            row = self.find(subagent_id)
+            if row is None:
+                return None
+            self._wakes.for_agent(row.parent).insert(source_of(subagent_id), body)
+        return row.parent
 
     def gave_up(self, subagent_id: int, wake_ids: Sequence[int], reason: str) -> int | None:
         """Wakes of the sub-agent set aside without a report: the turns carrying them were cut short too often
