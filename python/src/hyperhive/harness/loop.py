@@ -108,6 +108,7 @@ class TurnLoop:
         self.notifier = notifier
         self.policy = policy or LoopPolicy()
         self.current_turn: int | None = None
+        self.turn_started: float | None = None  # when the turn in flight began (epoch seconds)
         # The turn in flight's replies: what its stream sent, and what the tools stored (harness/replies.py).
         self.replies: TurnReplies | None = None
         self.state = "starting"
@@ -208,7 +209,7 @@ class TurnLoop:
     async def turn(self, prompt: Prompt) -> bool:
         """One turn for `prompt`; True when it was answered (its wakes are then delivered)."""
         turn_id = await self.inbox.begin_turn(prompt)
-        self.current_turn = turn_id
+        self.current_turn, self.turn_started = turn_id, time.time()
         self._set_state(f"turn {turn_id}")
         who = f"subagent-{self.agent} " if self.agent else ""
         log.info("%sturn %d: %d wake(s) %s", who, turn_id, len(prompt.wake_ids), prompt.wake_ids)

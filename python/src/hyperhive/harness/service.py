@@ -25,6 +25,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -37,6 +38,7 @@ from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.errors import StoreError, StoreUnavailable, ToolFailure
 from hyperhive.harness import descriptors
 from hyperhive.harness.control import ControlServer, Handler, Reply, RequestRefused
+from hyperhive.harness.headline import Busy, Headline, headline
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.live import LiveFeed
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
@@ -179,6 +181,12 @@ class Service:
 
         return answered
 
+    def headline(self, rows: Iterable[SubagentRow]) -> Headline:
+        """The agent and its tree in one state (harness/headline.py), from the loops and these rows."""
+        loop = self.loop
+        main = [Busy(0, loop.current_turn, loop.turn_started)] if loop.current_turn is not None else []
+        return headline(loop.state, main + self.subagents.busy(rows))
+
     def _subagent(self, row: SubagentRow) -> dict[str, Any]:
         return operator_view(row, self.subagents.current_turn(row.id))
 
@@ -187,6 +195,7 @@ class Service:
         rows = await self.subagents.list(None)
         last = stored.last_turn
         return {
+            "headline": self.headline(rows).as_dict(time.time()),
             "service": {
                 "pid": os.getpid(),
                 "version": __version__,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import anyio
@@ -34,6 +34,7 @@ import anyio.abc
 
 from hyperhive.config import Config
 from hyperhive.errors import ToolFailure
+from hyperhive.harness.headline import Busy
 from hyperhive.harness.inbox import Inbox
 from hyperhive.harness.loop import LoopPolicy, TurnLoop
 from hyperhive.harness.replies import HYPERHIVE_SERVER
@@ -215,6 +216,19 @@ class Subagents:
         killed = await self.engine.kill_agent_tasks(subagent_id)
         log.info("sub-agent %d %s (tasks killed: %s)", subagent_id, reason, killed or "none")
         return await self._row(subagent_id)
+
+    def busy(self, rows: Iterable[SubagentRow]) -> list[Busy]:
+        """Who works now: every sub-agent in a turn (its loop's), and those of `rows` working between turns
+        (a task of their own runs)."""
+        found = {
+            sid: Busy(sid, r.loop.current_turn, r.loop.turn_started)
+            for sid, r in list(self.running.items())
+            if r.loop is not None and r.loop.current_turn is not None
+        }
+        for row in rows:
+            if row.state == "working" and row.id not in found:
+                found[row.id] = Busy(row.id, None)
+        return list(found.values())
 
     async def status(self, by: int | None, subagent_id: int) -> SubagentRow:
         return await self._own(by, subagent_id)
