@@ -42,7 +42,7 @@ def test_send_starts_a_turn_and_status_and_tail_report_it(tmp_path: Path) -> Non
         calls = [c for c in svc.agent_calls() if c["method"] == "session/prompt"]
         assert "--- wake 1 from operator at " in calls[0]["text"]
         text = svc.cli("status").stdout
-        assert "service:  running" in text and "last turn: 1 answered" in text
+        assert text.startswith("idle\nservice:  running") and "turns:    1 turn, latest #1 answered" in text
         assert svc.stop() == 0
 
 

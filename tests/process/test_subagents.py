@@ -323,13 +323,15 @@ async def test_the_operator_lists_and_cancels_a_sub_agent_and_its_parent_is_told
         await wait_for(svc, "its first turn over", lambda: subagent(svc, 1)["turns"] == 1)
         # Between turns, its task running: still working (its answer is yet to come), in no turn.
         listed = svc.cli("subagents").stdout.splitlines()
-        assert listed[0].split() == ["id", "parent", "profile", "state", "turn", "turns", "context", "time", "task"]
-        assert listed[1].split()[:4] == ["1", "agent", "default", "working"] and listed[1].endswith("run: sleep 60")
+        assert listed[0].split() == ["id", "profile", "state", "now", "turns", "context", "time", "cost", "task"]
+        assert listed[1].split()[:6] == ["1", "default", "working", "its", "task", "1"]
+        assert listed[1].endswith("run: sleep 60")
         [entry] = json.loads(svc.cli("subagents", "--json").stdout)["subagents"]
-        assert (entry["id"], entry["state"], entry["turns"]) == (1, "working", 1)
+        assert (entry["id"], entry["parent"], entry["state"], entry["turns"]) == (1, 0, "working", 1)
         status = svc.cli("status").stdout.splitlines()
+        assert status[0] == "working: sub-agent 1 waits on its task"
         at = status.index("subagents: 1 working")
-        assert status[at + 2].split()[:6] == ["1", "agent", "default", "working", "-", "1"]
+        assert status[at + 2].split()[:6] == ["1", "default", "working", "its", "task", "1"]
         assert svc.cli("subagents", "cancel", "1").stdout == "sub-agent 1 is cancelled: cancelled by the operator\n"
         await wait_for(svc, "the task killed", lambda: rows(svc, "SELECT status FROM tasks") != [("running",)])
         # Not its parent's doing: the parent is woken, and the demo agent relays it.

@@ -76,13 +76,19 @@ def test_status_without_a_service_lists_the_sub_agents_from_the_store(tmp_path: 
     result = CliRunner().invoke(main, ["status"], env={"HIVE_STATE_DIR": str(state)})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == "service:  NOT RUNNING (read from the store)"
+    # No service, so nothing is in a turn: a sub-agent working in its row waits on its own task.
+    assert lines[0] == "working: sub-agent 1 waits on its task"
+    assert lines[1] == "service:  NOT RUNNING (read from the store)"
     at = lines.index("subagents: 1 working, 1 cancelled")
-    assert lines[at + 1].split() == ["id", "parent", "profile", "state", "turn", "turns", "context", "time", "task"]
-    assert lines[at + 2].split() == ["1", "agent", "default", "working", "-", "0", "-", "0.0", "s", "run:", "make"]
-    assert lines[at + 3].split() == ["2", "subagent-1", "review", "cancelled", "-", "0", "-", "0.0", "s", "look"]
+    assert lines[at + 1].split() == ["id", "profile", "state", "now", "turns", "context", "time", "cost", "task"]
+    working = ["1", "default", "working", "its", "task", "0", "-", "0.0", "s", "-", "run:", "make"]
+    assert lines[at + 2].split() == working
+    assert lines[at + 3].split() == ["2", "review", "cancelled", "-", "0", "-", "0.0", "s", "-", "look"]
+    assert lines[at + 3].startswith("    2 ")  # under its parent
     assert lines[at + 4].strip() == "cancelled: cancelled by the operator"
     offline = json.loads(CliRunner().invoke(main, ["status", "--json"], env={"HIVE_STATE_DIR": str(state)}).output)
+    assert offline["headline"]["state"] == "working"
+    assert offline["headline"]["busy"] == [{"agent": 1, "turn": None, "secs": None}]
     assert [(s["id"], s["parent"], s["state"], s["turn"]) for s in offline["subagents"]] == [
         (1, 0, "working", None),
         (2, 1, "cancelled", None),
@@ -94,6 +100,7 @@ def test_status_without_sub_agents_says_nothing_of_them(tmp_path: Path) -> None:
     Store(state / "hyperhive.db").close()
     result = CliRunner().invoke(main, ["status"], env={"HIVE_STATE_DIR": str(state)})
     assert result.exit_code == 0 and "subagents" not in result.output
+    assert result.output.splitlines()[0] == "idle"
 
 
 def test_tail_without_follow_tags_the_latest_transcript_when_it_is_a_sub_agents(tmp_path: Path) -> None:
@@ -118,7 +125,60 @@ def test_tail_without_follow_tags_the_latest_transcript_when_it_is_a_sub_agents(
         return result.output
 
     os.utime(main_file, (1, 1))
-    assert tail() == "[subagent-3] first\n[subagent-3] second\n"
+    assert tail() == "[subagent-3] first\n[subagent-3] second\n── idle\n"  # the headline last, from the store
     os.utime(sub_file, (1, 1))
     os.utime(main_file)
-    assert tail() == "from the agent\n"
+    assert tail() == "from the agent\n── idle\n"
+
+
+def status_answer(state: str, *busy: tuple[int, int | None]) -> dict[str, Any]:
+    """A `status` answer's headline part, as the service gives it."""
+    working = [{"agent": a, "turn": t, "secs": None if t is None else 3.0} for a, t in busy]
+    text = "working: …" if busy else state
+    return {"state": state, "headline": {"state": "working" if busy else state, "text": text, "busy": working}}
+
+
+def test_tail_follow_prints_the_headline_when_it_changes_without_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each event that may change it (a loop's `state`, a sub-agent's row) asks the service again; the same
+    # headline is not printed twice.
+    answers = iter(
+        [
+            status_answer("idle"),  # at the subscription
+            status_answer("turn 1", (0, 1)),  # the agent's loop: `turn 1`
+            status_answer("turn 1", (0, 1), (3, 2)),  # sub-agent 3's loop: `turn 2`
+            status_answer("turn 1", (0, 1), (3, 2)),  # its row changed: nothing new
+            status_answer("turn 1", (0, 1), (3, None)),  # its turn ended, its task runs
+            status_answer("idle", (3, None)),
+            status_answer("idle"),
+        ]
+    )
+    events: list[dict[str, Any]] = [
+        {"event": "state", "state": "turn 1"},
+        {"event": "line", "turn": 1, "line": text_line("delegating")},
+        {"event": "state", "state": "turn 2", "agent": 3},
+        {"event": "subagent", "id": 3},
+        {"event": "state", "state": "idle", "agent": 3},
+        {"event": "state", "state": "idle"},
+        {"event": "subagent", "id": 3},
+    ]
+
+    def follow(config: Any, on_event: Callable[[dict[str, Any]], None], **kwargs: Any) -> None:
+        kwargs["on_subscribed"]({"pid": 1, "next_seq": 1})
+        for event in events:
+            on_event(event)
+
+    monkeypatch.setattr(tail_cli, "follow_service", follow)
+    monkeypatch.setattr(tail_cli, "call", lambda socket, op: next(answers))
+    result = CliRunner().invoke(main, ["tail", "-f"], env={"HIVE_STATE_DIR": str(tmp_path / "state")})
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "── idle",
+        "── working: the agent in turn 1",
+        "delegating",
+        "── working: the agent in turn 1, sub-agent 3 in turn 2",
+        "── working: the agent in turn 1, sub-agent 3 waits on its task",
+        "── working: sub-agent 3 waits on its task",
+        "── idle",
+    ]

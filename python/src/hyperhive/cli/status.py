@@ -60,10 +60,12 @@ def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any
     from hyperhive.store.tasks import TaskTable
 
     unfinished = TaskTable(records.store).unfinished()
-    tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in unfinished]
+    tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200], "agent": t.agent} for t in unfinished]
     # As the service shows them (none is in a turn: no service drives them).
-    subagents = [operator_view(r) for r in in_status(SubagentTable(records.store).recent())]
+    rows = in_status(SubagentTable(records.store).recent())
+    subagents = [operator_view(r) for r in rows]
     return {
+        "headline": offline_headline(rows),
         "up": False,
         "state": "not running" if problem is None else "not answering",
         "problem": problem,
@@ -75,6 +77,91 @@ def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any
         "turns": records.turn_count(),
         "subagents": subagents,
     }
+
+
+def offline_headline(rows: Any) -> dict[str, Any]:
+    """The headline (harness/headline.py) as the store tells it: nothing is in a turn without a service, and
+    a sub-agent `working` in its row waits on its own task (its answer is yet to come)."""
+    import time
+
+    from hyperhive.harness.headline import Busy, headline
+
+    return headline("not running", [Busy(r.id, None) for r in rows if r.state == "working"]).as_dict(time.time())
+
+
+def compact_headline(info: dict[str, Any]) -> str | None:
+    """The headline of a `status` answer without the seconds (`working: sub-agent 3 in turn 19`): the line
+    `tail -f` prints when it changes. None from a service that does not tell one."""
+    shown = info.get("headline")
+    if not shown:
+        return None
+    if shown.get("state") != "working":
+        return str(shown.get("text"))
+    from hyperhive.harness.headline import Busy, headline
+
+    busy = [Busy(b["agent"], b["turn"]) for b in shown.get("busy", [])]
+    return headline(str(info.get("state", "")), busy).text(0)
+
+
+def current_headline(config: Config) -> str | None:
+    """The headline now, asked of the service, else read from the store (as offline `status` reads it);
+    None when neither can say."""
+    try:
+        return compact_headline(call(config.state.socket, "status"))
+    except ServiceUnavailable:
+        pass
+    except ControlError:
+        return None
+    import sqlite3
+
+    from hyperhive.errors import HyperhiveError
+    from hyperhive.store.database import Store
+    from hyperhive.store.subagents import SubagentTable, in_status
+
+    try:
+        with Store(config.state.db, create=False, write=False) as store:
+            return str(offline_headline(in_status(SubagentTable(store).recent()))["text"])
+    except (HyperhiveError, OSError, sqlite3.Error):
+        return None
+
+
+def in_turn(info: dict[str, Any]) -> tuple[int, int] | None:
+    """The service's agent's turn in flight and how many wakes it carries (they are still waiting in the
+    store, delivered only when it is answered): from the headline and the last turn of `status`."""
+    turn = next((b["turn"] for b in (info.get("headline") or {}).get("busy", []) if b["agent"] == 0), None)
+    last = info.get("last_turn") or {}
+    if turn is None or last.get("id") != turn or last.get("outcome") != "running":
+        return None
+    return turn, len(json.loads(last.get("wake_ids") or "[]"))
+
+
+def _queue(info: dict[str, Any]) -> str:
+    q = info["queue"]
+    waiting, carried = q["waiting"], ""
+    flight = in_turn(info)
+    if flight is not None:
+        turn, n = flight
+        waiting, carried = max(0, waiting - n), f", {n} in turn {turn}"
+    return f"queue:    {waiting} waiting{carried}, {q['scheduled']} scheduled, {q['set_aside']} set aside"
+
+
+def _task(task: dict[str, Any]) -> str:
+    from hyperhive.harness.headline import who
+
+    agent = task.get("agent")
+    return f"task {task['id']}{'' if agent is None else f' ({who(agent)})'}: {task['cmd']}"
+
+
+def _turns(info: dict[str, Any]) -> str:
+    """The agent's own turns, counted, and its latest by id (ids count every agent's turns: `13 turns,
+    latest #16`)."""
+    n, last = info.get("turns", 0), info.get("last_turn")
+    if not last:
+        return "turns:    none yet"
+    took = f", {last['duration_ms'] / 1000:.1f} s" if last.get("duration_ms") else ""
+    error = f": {last['error']}" if last.get("error") else ""
+    counted = f"{n} turn{'' if n == 1 else 's'}"
+    return f"turns:    {counted}, latest #{last['id']} {last['outcome']} at {when(last['started_at'])}{took}{error}"
 
 
 def _store_state(store: Any) -> dict[str, str]:
@@ -90,7 +177,8 @@ def _store_state(store: Any) -> dict[str, str]:
 
 
 def _format_status(info: dict[str, Any]) -> str:
-    lines = []
+    headline = info.get("headline") or {}
+    lines = [headline["text"]] if headline.get("text") else []  # first: the words the web view's header says
     if info.get("up"):
         svc = info["service"]
         lines.append(f"service:  running (pid {svc['pid']}, hyperhive {svc['version']}, up {svc['up_secs']} s)")
@@ -112,16 +200,10 @@ def _format_status(info: dict[str, Any]) -> str:
         size = context.get("size")
         share = f" ({100 * context['used'] // size}%)" if size else ""
         lines.append(f"context:  {context['used']} of {size or '?'} tokens{share}")
-    q = info["queue"]
-    lines.append(f"queue:    {q['waiting']} waiting, {q['scheduled']} scheduled, {q['set_aside']} set aside")
+    lines.append(_queue(info))
     tasks = info.get("tasks") or []
-    lines.append(f"tasks:    {len(tasks)} running" + "".join(f"\n  {t['id']}: {t['cmd']}" for t in tasks[:10]))
-    last = info.get("last_turn")
-    if last:
-        took = f", {last['duration_ms'] / 1000:.1f} s" if last.get("duration_ms") else ""
-        error = f": {last['error']}" if last.get("error") else ""
-        lines.append(f"last turn: {last['id']} {last['outcome']} at {when(last['started_at'])}{took}{error}")
-    lines.append(f"turns:    {info.get('turns', 0)}")
+    lines.append(f"tasks:    {len(tasks)} running" + "".join(f"\n  {_task(t)}" for t in tasks[:10]))
+    lines.append(_turns(info))
     subagents = info.get("subagents") or []
     if subagents:
         from hyperhive.cli.subagents import subagent_lines
@@ -130,5 +212,5 @@ def _format_status(info: dict[str, Any]) -> str:
         for entry in subagents:
             states[entry["state"]] = states.get(entry["state"], 0) + 1
         lines.append("subagents: " + ", ".join(f"{n} {state}" for state, n in states.items()))
-        lines.extend("  " + line for line in subagent_lines(subagents))
+        lines.extend("  " + line for line in subagent_lines(subagents, headline.get("busy")))
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import click
 from hyperhive.cli import config_or_exit
 from hyperhive.cli.follow import follow_service
 from hyperhive.cli.operator import RAW_HELP, existing_state, shown
+from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import HyperhiveError
 from hyperhive.visible import visible, visible_json
 
@@ -84,11 +85,19 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
         latest = _latest_transcript(config)
         if latest is None:
             click.echo("no turns yet")
-            return
-        agent = _transcript_agent(config, latest)
-        tag = f"[subagent-{agent}] " if agent else ""
-        _show_transcript_end(latest, count, max_bytes, lambda doc: show_line(doc, tag))
+        else:
+            agent = _transcript_agent(config, latest)
+            tag = f"[subagent-{agent}] " if agent else ""
+            _show_transcript_end(latest, count, max_bytes, lambda doc: show_line(doc, tag))
+        if not as_json:  # with --json, standard output holds the stream's lines and nothing else
+            from hyperhive.cli.status import current_headline
+
+            now = current_headline(config)
+            if now is not None:
+                click.echo(f"── {now}")
         return
+
+    headline = _Headline(config, as_json)
 
     def on_event(event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -109,11 +118,46 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
         elif kind == "turn_end":
             error = f": {event['error']}" if event.get("error") else ""
             click.echo(as_shown(f"{tag}── turn {event['turn']} {event['outcome']}{error}"))
-        elif kind == "state" and str(event.get("state", "")).startswith("backing off"):
-            click.echo(as_shown(f"{tag}── {event['state']}"))
+        elif kind in {"state", "subagent"}:
+            # A loop's state changes after its turn's start and end, a sub-agent's row when it works, waits
+            # on its task or ends: the headline may have changed. The service's agent's backing off is in it.
+            changed = headline.refresh()
+            if kind == "state" and str(event.get("state", "")).startswith("backing off") and (tag or not changed):
+                click.echo(as_shown(f"{tag}── {event['state']}"))
         sys.stdout.flush()
 
-    follow_service(config, on_event, say_missed=True)
+    def on_subscribed(answer: dict[str, Any]) -> None:
+        headline.refresh(again=True)  # at the start, and again after a restart or a drop
+
+    follow_service(config, on_event, on_subscribed=on_subscribed, say_missed=True)
+
+
+class _Headline:
+    """The headline (harness/headline.py) as `tail -f` prints it: `── working: sub-agent 3 in turn 19`, at
+    each subscription and whenever it changes, asked of the service (`status`) after the events that may
+    change it. Not with --json."""
+
+    def __init__(self, config: Config, as_json: bool) -> None:
+        self.socket = config.state.socket
+        self.quiet = as_json
+        self.shown: str | None = None
+
+    def refresh(self, *, again: bool = False) -> bool:
+        """Print the headline if it changed (or, `again`, whatever it is); whether it printed one."""
+        if self.quiet:
+            return False
+        from hyperhive.cli.status import compact_headline
+
+        try:
+            now = compact_headline(call(self.socket, "status"))
+        except (ServiceUnavailable, ControlError):
+            return False
+        if now is None or (now == self.shown and not again):
+            return False
+        self.shown = now
+        click.echo(f"── {now}")
+        sys.stdout.flush()
+        return True
 
 
 def tagged(tag: str, text: str) -> str:
