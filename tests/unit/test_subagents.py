@@ -4,6 +4,7 @@ cancel, and a restart taking them up. The real agents and the real service: test
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -231,6 +232,42 @@ async def test_the_operator_cancelling_wakes_the_parent_and_ends_the_sub_agents_
         assert (await subagents.status(None, child.id)).state == "cancelled"
 
 
+async def test_a_cancelled_parent_is_ended_before_its_children_and_hears_nothing_after(tmp_path: Path) -> None:
+    # Issue 23: the child was cancelled first, which woke the still-live parent: it ran one more turn and relayed
+    # "sub-agent 4 was its parent, sub-agent 3, was cancelled."
+    profiles = {"lead": Profile(name="lead", delegate=True)}
+    async with hive(tmp_path, profiles=profiles, hang=True) as (subagents, _, runtimes):
+        lead, _ = await subagents.start(0, "lead", "lead")
+        child, _ = await subagents.start(lead.id, "child")
+        await until(lambda: _true(all(i in runtimes and runtimes[i].in_turn for i in (lead.id, child.id))))
+        await subagents.cancel(None, lead.id)
+        assert subagents.engine.killed == [lead.id, child.id]  # type: ignore[attr-defined]
+        await anyio.sleep(0.1)
+        with Store(tmp_path / "state" / "hyperhive.db") as store:
+            told = store.db.execute("SELECT agent, body FROM wakes WHERE source LIKE 'subagent-%'").fetchall()
+        assert told == [(0, f"sub-agent {lead.id} was cancelled by the operator.")], "nothing for the ended lead"
+        assert len(runtimes[lead.id].prompts) == 1, "the lead ran no turn after its cancel"
+        ended = await subagents.status(None, child.id)
+        assert (ended.state, ended.error) == ("cancelled", f"cancelled with its parent, sub-agent {lead.id}")
+
+
+async def test_a_turn_cut_by_a_cancel_counts_its_time_and_no_backoff_follows(tmp_path: Path) -> None:
+    # Issue 23: one cancelled after 11 s of work showed `turns 0 · 0.0 s`, and its loop backed off as after a failure.
+    async with hive(tmp_path, hang=True) as (subagents, inbox, runtimes):
+        row, _ = await subagents.start(0, "long job")
+        await until(lambda: _true(row.id in runtimes and runtimes[row.id].in_turn))
+        await anyio.sleep(0.3)
+        events = inbox.feed.subscribe()
+        await subagents.cancel(None, row.id)
+        ended = await subagents.status(None, row.id)
+        assert (ended.turns, ended.state) == (1, "cancelled") and ended.busy_ms >= 250
+        states = []
+        with anyio.move_on_after(0.2):
+            async for line in events:
+                states.append(json.loads(line).get("state"))
+        assert not [s for s in states if s and s.startswith("backing off")], states
+
+
 async def test_an_agent_reaches_only_its_own_sub_agents(tmp_path: Path) -> None:
     async with hive(tmp_path, hang=True) as (subagents, _, _):
         row, _ = await subagents.start(0, "mine")
@@ -275,7 +312,7 @@ def test_a_turn_end_on_a_sub_agent_that_ended_writes_nothing(tmp_path: Path) -> 
     table = SubagentTable(store)
     row = table.create(parent=0, depth=1, profile="default", task="t", workdir="/", worktree=False, first_prompt="p")
     assert table.end(row.id, "cancelled", "by the operator", parent_wake="told once")
-    report = TurnReport(state="idle", busy_ms=5, answer="late", parent_wake="never")
+    report = TurnReport(state="idle", answer="late", parent_wake="never")
     assert not table.after_turn(row.id, report)
     bodies = [w.body for w in WakeTable(store, 0).waiting()]
     assert bodies == ["told once"] and table.get(row.id).answer is None
@@ -286,7 +323,7 @@ def test_a_turn_report_and_the_parents_wake_commit_together(tmp_path: Path) -> N
     store = Store(tmp_path / "db")
     table = SubagentTable(store)
     row = table.create(parent=0, depth=1, profile="default", task="t", workdir="/", worktree=False, first_prompt="p")
-    report = TurnReport(state="idle", busy_ms=5, answer="a", parent_wake="a")
+    report = TurnReport(state="idle", answer="a", parent_wake="a")
     with pytest.raises(RuntimeError), store.transaction():
         table.after_turn(row.id, report)
         raise RuntimeError("the turn's end failed to commit")

@@ -21,6 +21,7 @@ from hyperhive.errors import EXIT_CONFIG, EXIT_STATE, ConfigError, HyperhiveErro
 COMMANDS = {
     "agent": "hyperhive.cli.agent:agent",
     "bash-mcp": "hyperhive.cli.bash_mcp:bash_mcp",
+    "cancel": "hyperhive.cli.cancel:cancel",
     "demo": "hyperhive.cli.demo:demo",
     "demo-agent": "hyperhive.cli.demo_agent:demo_agent",
     "outbox": "hyperhive.cli.outbox:outbox",

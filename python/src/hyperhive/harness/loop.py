@@ -22,9 +22,11 @@ Guarantees (docs/architecture.md, "The turn loop"):
   `reporter`: what a turn's end tells the parent is written in the turn's own transaction, and a failed
   turn's wakes are set aside with it (the parent, told, decides); so only turns cut short by the service's
   death are carried again, and wakes set aside after too many of those are told to the parent, not the outbox;
-- a turn the operator cancels (`cancel_turn`, the web view's button) is stopped through the runtime; its
-  wakes are set aside with a notice instead of carried again (the operator asked for that work to stop),
-  and it counts as no failure: the loop goes on with the next wakes at once.
+- a turn the operator cancels (`cancel_turn`: the web view's button, `hyperhive cancel`) is stopped through
+  the runtime; its wakes are set aside with a notice instead of carried again (the operator asked for that
+  work to stop), the background tasks it started are killed with it unless the operator keeps them (their
+  ends wake no one), and it counts as no failure: the loop goes on with the next wakes at once;
+- a loop that is stopping (the service's stop, a cancelled sub-agent) does not back off after its cut turn.
 """
 
 from __future__ import annotations
@@ -87,6 +89,12 @@ class Reporter(Protocol):
         """The turn's end, with its report, is written; the sub-agent's state after it (None: not written)."""
 
 
+class TaskKiller(Protocol):
+    """The task engine, as a cancelled turn reaches it."""
+
+    async def kill_agent_tasks(self, agent: int, *, since: float | None = None) -> list[int]: ...
+
+
 class TurnLoop:
     def __init__(
         self,
@@ -97,11 +105,13 @@ class TurnLoop:
         notifier: SystemdNotifier | None,
         policy: LoopPolicy | None = None,
         reporter: Reporter | None = None,
+        tasks: TaskKiller | None = None,
     ) -> None:
         self.runtime = runtime
         self.inbox = inbox
         self.agent = inbox.agent
         self.reporter = reporter
+        self.tasks = tasks  # what kills a cancelled turn's tasks (the engine)
         # The loop's own events (its state, the turn's lines) go to the feed the inbox announces on.
         self.feed = inbox.feed
         self.transcript = transcript
@@ -116,6 +126,7 @@ class TurnLoop:
         self.last_usage: tuple[int | None, int | None] = (None, None)
         self._stopping = False
         self._cancelled: int | None = None  # the turn in flight, once the operator cancelled it
+        self._keep_tasks = False  # ... and whether its tasks are to go on
         self._operator_cut = False  # the last turn ended so
         self._stop_event = anyio.Event()
         self._idle: anyio.CancelScope | None = None
@@ -131,13 +142,14 @@ class TurnLoop:
             self._idle.cancel()
         return self.current_turn is not None and self.runtime.interrupt()
 
-    def cancel_turn(self) -> int | None:
-        """The operator stops the turn in flight: its id once its stop has begun, None when there is no
-        turn the runtime can stop yet (none in flight, or its agent still starting)."""
+    def cancel_turn(self, *, keep_tasks: bool = False) -> int | None:
+        """The operator stops the turn in flight, and the background tasks it started unless `keep_tasks`:
+        its id once its stop has begun, None when there is no turn the runtime can stop yet (none in flight,
+        or its agent still starting)."""
         turn = self.current_turn
         if turn is None or self._stopping or not self.runtime.interrupt():
             return None
-        self._cancelled = turn
+        self._cancelled, self._keep_tasks = turn, keep_tasks
         return turn
 
     def _set_state(self, state: str) -> None:
@@ -275,6 +287,10 @@ class TurnLoop:
             if self._operator_cut:  # before the turn is over for those who watch it: its wakes are aside by then
                 log.info("turn %d was cancelled by the operator: setting its wakes aside", turn_id)
                 await self.inbox.set_aside(prompt.wake_ids, f"the operator cancelled turn {turn_id}, which carried it")
+                if not self._keep_tasks and self.tasks is not None and self.turn_started is not None:
+                    killed = await self.tasks.kill_agent_tasks(self.agent, since=self.turn_started)
+                    if killed:
+                        log.info("turn %d was cancelled with its tasks: killed %s", turn_id, killed)
         finally:
             self.current_turn = None
             self.replies = None
@@ -329,6 +345,8 @@ class TurnLoop:
             await self.inbox.set_aside(exhausted, reason)
 
     async def _back_off(self) -> None:
+        if self._stopping:  # its cut turn was no failure to wait on: the loop is ending
+            return
         delay = self.policy.backoff(self.failures)
         self._set_state(f"backing off {delay:g} s after {self.failures} failed turn(s)")
         log.info("backing off %g s after %d consecutive failed turn(s)", delay, self.failures)

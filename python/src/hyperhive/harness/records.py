@@ -200,10 +200,19 @@ class Records:
             self.wakes.mark_delivered(deliver, turn_id=turn_id, now=now)
             self.wakes.refund(refund)
             self.wakes.charge(attempt)
-            if report is None:
+            if self.agent == MAIN_AGENT:
                 return None
+            # A sub-agent's turn counts however it ended (a cancel's or a stop's cut included).
+            table = SubagentTable(self.store)
+            table.count_turn(
+                self.agent,
+                busy_ms=end.duration_ms or 0,
+                context_used=end.context_used,
+                context_size=end.context_size,
+                cost=end.cost_usd,
+            )
             # A failure told to the parent sets its wakes aside with it (the report's `set_aside`).
-            return SubagentTable(self.store).after_turn(self.agent, report)
+            return None if report is None else table.after_turn(self.agent, report)
 
     def interrupt_running_turns(self) -> int:
         """At start: turns a previous instance left `running` (it crashed or was killed) become `interrupted`."""

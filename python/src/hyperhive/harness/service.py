@@ -145,6 +145,22 @@ class Service:
                 raise RequestRefused("bad_request", exc.message) from exc
             return Reply({"subagent": self._subagent(row)})
 
+        async def cancel_turn(req: dict[str, Any]) -> Reply:
+            turn, keep = req.get("turn"), req.get("keep_tasks", False)
+            if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool)):
+                raise RequestRefused("bad_request", "turn must be a turn's number")
+            if not isinstance(keep, bool):
+                raise RequestRefused("bad_request", "keep_tasks must be true or false")
+            current = self.loop.current_turn
+            if current is None or (turn is not None and turn != current):
+                what = "no turn is in flight" if current is None else f"turn {turn} is not in flight"
+                raise RequestRefused("bad_request", what + ("" if current is None else f" (turn {current} is)"))
+            if self.loop.cancel_turn(keep_tasks=keep) != current:
+                why = f"turn {current} cannot be stopped yet (its agent is still starting); try again"
+                raise RequestRefused("not_yet", why)
+            log.info("control socket: the operator cancelled turn %d%s", current, " (tasks kept)" if keep else "")
+            return Reply({"turn": current, "keep_tasks": keep})
+
         async def web_login(req: dict[str, Any]) -> Reply:
             if self.web is None:
                 raise RequestRefused(
@@ -161,6 +177,7 @@ class Service:
             "subscribe": subscribe,
             "subagents": subagents,
             "subagent_cancel": subagent_cancel,
+            "cancel_turn": cancel_turn,
             "web_login": web_login,
         }
         return {op: self._store_errors_answered(op, h) for op, h in handlers.items()}
@@ -318,7 +335,7 @@ async def _run(
             subagents.config = agent_config  # the sub-agents' servers are the agent's, each with its own token
             startup.at(f"set up the {config.runtime} runtime")
             runtime = make_runtime(agent_config, sessions)
-            loop = TurnLoop(runtime, inbox, transcript=transcript, notifier=notifier, policy=policy)
+            loop = TurnLoop(runtime, inbox, transcript=transcript, notifier=notifier, policy=policy, tasks=engine)
             service = Service(agent_config, inbox, engine, runtime, loop, subagents, time.time(), http_url)
             startup.at("take up the sub-agents", config.state.subagents)
             await tg.start(subagents.run)

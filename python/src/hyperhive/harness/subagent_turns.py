@@ -94,14 +94,7 @@ class Reporter:
                 f"subagent_cancel(id={sid}) ends it."
             )
         report = TurnReport(
-            state=state,
-            busy_ms=end.duration_ms or 0,
-            answer=answer,
-            error=error,
-            context_used=end.context_used,
-            context_size=end.context_size,
-            cost_usd=end.cost_usd,
-            set_aside=tuple(carried) if state == "failed" else (),
+            state=state, answer=answer, error=error, set_aside=tuple(carried) if state == "failed" else ()
         )
         if r.waiters > 0:  # told inline, where the parent waits: a wake would tell it twice
             r.deciding, r.held_wake = report, wake

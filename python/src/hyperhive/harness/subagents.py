@@ -203,19 +203,24 @@ class Subagents:
         if row.final:
             return row
         reason = why or ("cancelled by the operator" if by is None else f"cancelled by {_who(by)}")
-        for child in await self.inbox.subagents(parent=subagent_id):
-            if not child.final:
-                await self.cancel(None, child.id, why=f"its parent, sub-agent {subagent_id}, was cancelled")
         told = None if by == row.parent else f"sub-agent {subagent_id} was {reason}."
-        await self.inbox.end_subagent(subagent_id, "cancelled", reason, parent_wake=told)
-        running = self.running.get(subagent_id)
+        await self._end(row, reason, told)
+        return await self._row(subagent_id)
+
+    async def _end(self, row: SubagentRow, reason: str, told: str | None) -> None:
+        """Cancel `row`, then its sub-agents: ended first, it runs no more turns and hears nothing of them (a
+        child ended first woke its still-live parent, which ran one more turn to relay it)."""
+        await self.inbox.end_subagent(row.id, "cancelled", reason, parent_wake=told)
+        running = self.running.get(row.id)
         if running is not None and running.loop is not None:
             running.loop.stop()
             with anyio.move_on_after(self.config.cancel_grace + 5.0):
                 await halted(running)
-        killed = await self.engine.kill_agent_tasks(subagent_id)
-        log.info("sub-agent %d %s (tasks killed: %s)", subagent_id, reason, killed or "none")
-        return await self._row(subagent_id)
+        killed = await self.engine.kill_agent_tasks(row.id)
+        log.info("sub-agent %d %s (tasks killed: %s)", row.id, reason, killed or "none")
+        for child in await self.inbox.subagents(parent=row.id):
+            if not child.final:
+                await self._end(child, f"cancelled with its parent, sub-agent {row.id}", None)
 
     def busy(self, rows: Iterable[SubagentRow]) -> list[Busy]:
         """Who works now: every sub-agent in a turn (its loop's), and those of `rows` working between turns

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from hyperhive.store.database import Store
-from hyperhive.store.wakes import WakeTable
+from hyperhive.store.wakes import MAIN_AGENT, WakeTable
 
 SubagentState = Literal["working", "idle", "failed", "cancelled", "interrupted", "spent"]
 SUBAGENT_STATES: tuple[str, ...] = get_args(SubagentState)
@@ -107,12 +107,8 @@ class TurnReport:
     the parent waits for the answer inline and gets it there)."""
 
     state: SubagentState
-    busy_ms: int
     answer: str | None = None
     error: str | None = None
-    context_used: int | None = None
-    context_size: int | None = None
-    cost_usd: float | None = None
     parent_wake: str | None = None
     # The wakes the turn carried, when it failed: set aside, not carried again (the parent was told, and decides).
     set_aside: tuple[int, ...] = ()
@@ -169,6 +165,26 @@ class SubagentTable:
             "UPDATE subagents SET state = 'working' WHERE id = ? AND state IN ('idle', 'failed')", (subagent_id,)
         )
 
+    def _listens(self, parent: int) -> bool:
+        """Whether a parent can still hear its sub-agent: the service's agent always; a sub-agent until it ends
+        (a cancelled one is ended before its children, and told nothing after)."""
+        if parent == MAIN_AGENT:
+            return True
+        found = self.find(parent)
+        return found is not None and not found.final
+
+    def count_turn(
+        self, subagent_id: int, *, busy_ms: int, context_used: int | None, context_size: int | None, cost: float | None
+    ) -> None:
+        """A turn of the sub-agent ended, however (answered, failed, cut by a cancel or a stop): its time, cost
+        and context count, also when the sub-agent has ended meanwhile. Joins the caller's transaction."""
+        self.store.db.execute(
+            "UPDATE subagents SET turns = turns + 1, busy_ms = busy_ms + ?, context_used = COALESCE(?, context_used),"
+            " context_size = COALESCE(?, context_size), cost_usd = COALESCE(?, 0) + COALESCE(cost_usd, 0)"
+            " WHERE id = ?",
+            (busy_ms, context_used, context_size, cost, subagent_id),
+        )
+
     def pending(self, subagent_id: int) -> bool:
         """Whether the sub-agent has work of its own still to come: a task not ended, or a wake owed it
         (due or not)."""
@@ -195,29 +211,16 @@ class SubagentTable:
             if report.state == "idle" and self.pending(subagent_id):
                 report = dataclasses.replace(report, state="working", parent_wake=None)
             db.execute(
-                "UPDATE subagents SET state = ?, turns = turns + 1, busy_ms = busy_ms + ?,"
-                " answer = COALESCE(?, answer), error = ?, context_used = COALESCE(?, context_used),"
-                " context_size = COALESCE(?, context_size), cost_usd = COALESCE(?, 0) + COALESCE(cost_usd, 0),"
+                "UPDATE subagents SET state = ?, answer = COALESCE(?, answer), error = ?,"
                 " ended_at = CASE WHEN ? IN ('cancelled', 'interrupted', 'spent') THEN ? END WHERE id = ?",
-                (
-                    report.state,
-                    report.busy_ms,
-                    answer,
-                    report.error,
-                    report.context_used,
-                    report.context_size,
-                    report.cost_usd,
-                    report.state,
-                    now,
-                    subagent_id,
-                ),
+                (report.state, answer, report.error, report.state, now, subagent_id),
             )
             if report.state in FINAL_STATES:
                 self._wakes.for_agent(subagent_id).cancel_all(f"sub-agent {subagent_id} {report.state}")
             if report.set_aside:
                 reason = f"the turn of sub-agent {subagent_id} that carried it failed; its parent was told"
                 self._wakes.for_agent(subagent_id).set_aside(report.set_aside, reason, now=now)
-            if report.parent_wake is not None:
+            if report.parent_wake is not None and self._listens(row.parent):
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), report.parent_wake, now=now)
         return report.state
 
@@ -234,7 +237,7 @@ class SubagentTable:
                 "UPDATE subagents SET state = ?, error = ?, ended_at = ? WHERE id = ?", (state, error, now, subagent_id)
             )
             self._wakes.for_agent(subagent_id).cancel_all(f"sub-agent {subagent_id} {state}: {error}")
-            if parent_wake is not None:
+            if parent_wake is not None and self._listens(row.parent):
                 self._wakes.for_agent(row.parent).insert(source_of(subagent_id), parent_wake, now=now)
         return True
 
@@ -243,7 +246,7 @@ class SubagentTable:
         sub-agent."""
         with self.store.transaction():
             row = self.find(subagent_id)
-            if row is None:
+            if row is None or not self._listens(row.parent):
                 return None
             self._wakes.for_agent(row.parent).insert(source_of(subagent_id), body)
         return row.parent

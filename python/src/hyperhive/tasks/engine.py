@@ -212,9 +212,17 @@ class TaskEngine:
             row = await self._poll_store(tid, wait)
         return self.view(row)
 
-    async def kill_agent_tasks(self, agent: int) -> list[int]:
-        """Kill every task `agent` started that runs here (a sub-agent cancelled); their ids."""
-        ids = [tid for tid, live in self._tasks.live.items() if live.row.agent == agent]
+    async def kill_agent_tasks(self, agent: int, *, since: float | None = None) -> list[int]:
+        """Kill every task `agent` started that runs here (since `since`, epoch seconds, when given), as part
+        of a cancel (a sub-agent cancelled, or a turn the operator cancelled with its tasks): their ends wake
+        no one, the work was stopped on purpose. Their ids."""
+        ids = [
+            tid
+            for tid, live in self._tasks.live.items()
+            if live.row.agent == agent and (since is None or live.row.created_at >= since)
+        ]
+        for tid in ids:
+            self._tasks.live[tid].untold = True
         async with anyio.create_task_group() as tg:
             for tid in ids:
                 tg.start_soon(self.kill, tid)

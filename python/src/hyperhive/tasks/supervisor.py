@@ -50,6 +50,7 @@ class Live:
     waiters: int = 0
     timed_out: bool = False
     kill_requested: bool = False
+    untold: bool = False  # killed as part of stopping what its agent was doing: its end wakes no one
 
 
 class Supervisor:
@@ -173,9 +174,10 @@ class Supervisor:
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
             error=error,
-            # Someone waiting inline gets the full status back; a wake would tell the agent twice. Not for
-            # an interrupted task: whoever waits is being stopped too, and the next start must hear of it.
-            wake=live.waiters == 0 or status == "interrupted",
+            # Someone waiting inline gets the full status back; a wake would tell the agent twice. Nor for a
+            # task killed as part of a cancel (`untold`): the operator stopped that work. Not for an interrupted
+            # task: whoever waits is being stopped too, and the next start must hear of it.
+            wake=(live.waiters == 0 and not live.untold) or status == "interrupted",
             usage=live.child.usage(),
         )
         self.leftovers.keep(live.id, live.child)  # what it left running, if anything, stays reachable

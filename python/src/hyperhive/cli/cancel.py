@@ -1,0 +1,37 @@
+"""`hyperhive cancel`: stop the turn in flight, as the web view's button does (control op `cancel_turn`).
+
+The turn is stopped through the runtime, its wakes are set aside (not carried again), and the background
+tasks it started are killed with it, their ends waking no one: the operator asked for that work to stop.
+`--keep-tasks` lets them run on (their ends then wake the agent as usual). Needs the running service.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hyperhive.cli import config_or_exit
+from hyperhive.control.wire import ControlError, ServiceUnavailable, call
+from hyperhive.errors import EXIT_BUSY, EXIT_FAILED
+
+
+@click.command()
+@click.argument("turn", type=int, required=False)
+@click.option("--keep-tasks", is_flag=True, help="Let the background tasks the turn started run on.")
+def cancel(turn: int | None, keep_tasks: bool) -> None:
+    """Stop the turn in flight (TURN: only if it is that one) and the tasks it started."""
+    config = config_or_exit(read_mcp_servers=False)
+    request: dict[str, object] = {"keep_tasks": keep_tasks}
+    if turn is not None:
+        request["turn"] = turn
+    try:
+        answer = call(config.state.socket, "cancel_turn", **request)
+    except ServiceUnavailable as exc:
+        click.echo(f"hyperhive: {exc.message}; a turn is cancelled by the running service", err=True)
+        sys.exit(EXIT_BUSY)
+    except ControlError as exc:
+        click.echo(f"hyperhive: {exc.message}", err=True)
+        sys.exit(EXIT_FAILED)
+    tasks = "its background tasks run on" if keep_tasks else "the background tasks it started are killed"
+    click.echo(f"turn {answer['turn']} is being stopped; its wakes are set aside and {tasks}")
