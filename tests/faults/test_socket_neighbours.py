@@ -262,6 +262,12 @@ def test_a_suspended_follower_catches_up_instead_of_saying_the_service_stopped(t
             still = {name: proc.poll() is None for name, (proc, _o, _e) in followers.items()}
             said_stopped = {name: "the service stopped" in err.read_text() for name, (_p, _o, err) in followers.items()}
             code = svc.stop()
+            # A stopped service is mostly one restarting: they wait for it (issue 23), until Ctrl-C.
+            for name, (_p, _o, err) in followers.items():
+                _wait_for_text(err, "waiting for it to start again", name)
+            waited = {name: proc.poll() is None for name, (proc, _o, _e) in followers.items()}
+            for proc, _o, _e in followers.values():
+                proc.send_signal(signal.SIGINT)
             exits = {name: proc.wait(15) for name, (proc, _o, _e) in followers.items()}
         finally:
             for proc, _out, _err in followers.values():
@@ -275,15 +281,16 @@ def test_a_suspended_follower_catches_up_instead_of_saying_the_service_stopped(t
     assert said_stopped == {"outbox": False, "tail": False}, said_stopped
     assert outbox_text.count("posted while the followers were suspended") == 1, outbox_text
     assert outbox_text.count("posted after they resumed") == 1, outbox_text
-    assert code == 0 and exits == {"outbox": 0, "tail": 0}, exits
-    assert all("the service stopped" in err.read_text() for _p, _o, err in followers.values())
+    assert code == 0 and waited == {"outbox": True, "tail": True}, waited
+    assert exits == {"outbox": 0, "tail": 0}, exits
     status_held(probe)
     record(
         "`hyperhive outbox -f` and `hyperhive tail -f` suspended (SIGSTOP, as Ctrl-Z does) while the agent floods "
         "block-closing updates for 2 s (one event each), and a reply is posted; then resumed",
         "both are dropped by the service (their queues freed) and follow again on their own: outbox -f shows "
         "the reply it missed (the outbox is durable) and the next, once each; tail -f says how many events it "
-        "did not show; neither says the service stopped until it does (then both exit 0)",
+        "did not show; neither says the service stopped until it does (then both wait for it to start again, "
+        "and Ctrl-C ends them with 0)",
         f"tail -f: {missed.strip()!r}; outbox -f: both replies once; {status_figure(probe)} (before the fix: "
         'both printed "the service stopped" and exited 0 on resume)',
     )
@@ -308,6 +315,13 @@ def _suspend_through_a_busy_turn(
     outbox_out, tail_err = followers["outbox"][1], followers["tail"][2]
     svc.wait_for("outbox -f to show both replies", lambda: "posted after they resumed" in outbox_out.read_text())
     svc.wait_for("tail -f to say what it missed", lambda: "fell behind" in tail_err.read_text())
+
+
+def _wait_for_text(path: Path, text: str, name: str, within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while text not in path.read_text():
+        assert time.monotonic() < deadline, f"{name} -f never said {text!r}: {path.read_text()!r}"
+        time.sleep(0.05)
 
 
 def _follower(svc: Service, tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
