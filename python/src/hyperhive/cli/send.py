@@ -11,7 +11,7 @@ import click
 from hyperhive.cli import config_or_exit
 from hyperhive.cli.operator import fail, open_records
 from hyperhive.control.send import OPERATOR, BadSend, check_send
-from hyperhive.control.wire import ControlError, ServiceUnavailable, call
+from hyperhive.control.wire import ControlError, ServiceUnavailable, ask
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE
 
 if TYPE_CHECKING:
@@ -31,28 +31,33 @@ def send(text: str | None, source: str) -> None:
     """Give the agent a message (TEXT, or standard input when TEXT is absent or `-`).
 
     The wake is stored whether or not the service runs; a running service starts a turn on it at once.
+    A service busy with other clients' requests is asked again, backing off, for up to 15 s.
     """
     if text is None or text == "-":
         # Bytes that are not UTF-8 (task output) are kept as surrogate escapes, then stored as `?`.
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-    # One id for this request, on the socket and in the fallback: if the service stored the wake and died
-    # before answering, storing it here finds it instead of storing it twice. (32 hex digits, as uuid4().hex
-    # was, without importing uuid.)
+    # One id for this request, on the socket (each time it is asked again after `busy`) and in the fallback:
+    # if the service stored the wake and died before answering, storing it here finds it instead of storing
+    # it twice. (32 hex digits, as uuid4().hex was, without importing uuid.)
     try:
         message = check_send(text, source, os.urandom(16).hex())
     except BadSend as exc:  # the service would refuse it too: refused here, whether it runs or not
         fail(exc.message)
     config = config_or_exit(read_mcp_servers=False)
     try:
-        answer = call(
-            config.state.socket, "send", body=message.body, request_id=message.request_id, **{"from": message.source}
-        )
+        params = {"body": message.body, "request_id": message.request_id, "from": message.source}
+        answer = ask(config.state.socket, "send", params, on_busy=_say_busy)
     except ServiceUnavailable as exc:
         _store_wake_here(config, message.source, message.body, message.request_id, exc)
         return
     except ControlError as exc:
         fail(exc.message, EXIT_STATE if exc.data.get("kind") == "StoreUnavailable" else EXIT_FAILED)
     click.echo(f"wake {answer['wake_id']} sent")
+
+
+def _say_busy(exc: ControlError, left: float) -> None:
+    """Why the command waits: said once, on standard error (standard output says what became of the wake)."""
+    click.echo(f"hyperhive: {exc.message}; asking again for up to {left:.0f} s", err=True)
 
 
 def _store_wake_here(config: Config, source: str, text: str, request_id: str | None, why: ServiceUnavailable) -> None:

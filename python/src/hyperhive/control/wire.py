@@ -16,6 +16,12 @@ Every call is bounded in time (`answer_wait`): a service that holds its lock but
 with SIGSTOP, stuck) must not hold the operator's terminal or the agent's tool call for ever (issue 16).
 Past the wait, a request that was sent raises `NoAnswer` (it may still take effect), one that could not
 even be sent `ServiceUnavailable`; both messages name the socket and the wait.
+
+A service that already serves as many requests as it takes at once answers `busy` before it runs the
+request (harness/connections.py). `call` asks again, backing off (jittered, exponential), within the same
+wait, for the ops that a repeat cannot do twice (`retries_busy`): under a burst from other local clients
+`hyperhive send` used to give up at once (issue 23). Past the wait it raises the last `busy`, saying how
+long and how often it asked.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from hyperhive.errors import HyperhiveError
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # A send's body may be 1 MiB (control/send.py measures the text itself); as JSON each control character in it
@@ -48,6 +55,23 @@ SEND_WAIT = 15.0
 TOOL_MARGIN = 15.0
 MAX_INLINE_WAIT = 30.0
 CONNECT_RETRY = 0.01  # seconds between connects while the listener's backlog is full
+# After a `busy` answer: the first pause, doubled after each further one up to the last, each drawn between
+# half and all of that (so a burst of clients refused together does not come back together); no attempt is
+# started with less than the reserve left of the wait (it could not be answered in time).
+BUSY_FIRST = 0.05
+BUSY_MOST = 1.0
+BUSY_RESERVE = 0.1
+# Ops asked again after `busy`: those that only read. `send` too when it carries its request id: the store
+# keeps one wake per id, so a repeat that follows a lost answer stores nothing more (control/send.py).
+# Never `tool`, `subagent_cancel` or `web_login` (each would act again), nor `subscribe` (it streams).
+READ_OPS = frozenset({"ping", "status", "subagents"})
+
+
+def retries_busy(op: str, params: dict[str, Any] | None = None) -> bool:
+    """Whether a `busy` answer to `op` with `params` is asked again (see READ_OPS)."""
+    if op == "send":
+        return (params or {}).get("request_id") is not None
+    return op in READ_OPS
 
 
 def answer_wait(op: str, params: dict[str, Any] | None = None) -> float:
@@ -151,7 +175,9 @@ class ControlCall:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
-    def result(self) -> dict[str, Any]:
+    def result(self, deadline: float | None = None) -> dict[str, Any]:
+        """The answer, within the call's wait from now, or by `deadline` (a `time.monotonic()` time: the
+        call's wait from its first attempt, when `busy` answers were asked again)."""
         if len(self.request) > MAX_REQUEST:  # the service would refuse it unread and hang up mid-send
             raise ControlError(
                 f"the request is {len(self.request)} bytes; the control socket takes at most {MAX_REQUEST}",
@@ -162,7 +188,8 @@ class ControlCall:
                 raise CallCancelled("cancelled before it was sent")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable (PEP 446)
             self._sock = sock
-        deadline = time.monotonic() + self.wait
+        if deadline is None:
+            deadline = time.monotonic() + self.wait
         try:
             try:
                 self._connect(sock, deadline)
@@ -245,5 +272,61 @@ def _left(deadline: float) -> float:
 
 
 def call(path: str | os.PathLike[str], op: str, **params: Any) -> dict[str, Any]:
-    """One blocking request: its answer, or ServiceUnavailable (NoAnswer past its wait) / ControlError."""
-    return ControlCall(path, op, **params).result()
+    """One blocking request: its answer, or ServiceUnavailable (NoAnswer past its wait) / ControlError.
+    A `busy` answer to an op that may be asked twice is asked again within the wait (`ask`)."""
+    return ask(path, op, params)
+
+
+def ask(
+    path: str | os.PathLike[str],
+    op: str,
+    params: dict[str, Any],
+    *,
+    on_busy: Callable[[ControlError, float], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """`call`, with `on_busy(error, seconds_left)` told of the first `busy` answer that is asked again (the
+    operator may want to know why the command waits). The same request, its id included, each time."""
+    control = ControlCall(path, op, **params)
+    if not retries_busy(op, params):
+        return control.result()
+    return busy_retried(control.result, control.wait, on_busy=on_busy, sleep=sleep)
+
+
+def busy_retried(
+    attempt: Callable[[float], dict[str, Any]],
+    wait: float,
+    *,
+    on_busy: Callable[[ControlError, float], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    jitter: Callable[[], float] = lambda: int.from_bytes(os.urandom(2), "big") / 65536,
+) -> dict[str, Any]:
+    """`attempt(deadline)` until it answers anything but `busy`, pausing after each `busy` (BUSY_FIRST,
+    doubled up to BUSY_MOST, each pause between half and all of that: `jitter()` in [0, 1)), all by the
+    deadline `wait` seconds from now. Past it, the last `busy` as ControlError, saying how long and how
+    often it was asked; any other error of an attempt at once (a lost answer is the caller's to judge)."""
+    start = clock()
+    deadline = start + wait
+    pause = BUSY_FIRST
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return attempt(deadline)
+        except ControlError as exc:
+            if exc.data.get("kind") != "busy":
+                raise
+            now = clock()
+            left = deadline - now - BUSY_RESERVE
+            if left <= 0:
+                raise ControlError(
+                    f"busy for {now - start:.0f} s (asked {tries} times): {exc.message}",
+                    kind="busy",
+                    tries=tries,
+                    seconds=now - start,
+                ) from exc
+            if tries == 1 and on_busy is not None:
+                on_busy(exc, deadline - now)
+            sleep(min(pause * (0.5 + jitter() / 2), left))
+            pause = min(pause * 2, BUSY_MOST)
