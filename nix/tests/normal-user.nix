@@ -15,5 +15,7 @@
     main = machine.succeed("systemctl show -P MainPID hyperhive-agent.service").strip()
     machine.succeed(f"test \"$(stat -c %G /proc/{main})\" = users")
     machine.succeed("test \"$(grep ^alice: /etc/passwd | cut -d: -f6)\" = /home/alice")
+    # A person's account as NixOS makes it: a uid from 1000, its home made, a login shell.
+    machine.succeed("test \"$(id -u alice)\" -ge 1000 && test -d /home/alice")
   '';
 }

@@ -192,7 +192,13 @@ class NixosMachine:
         for group in self.node.groups:
             self._chroot(root, "groupadd", "--system", "-f", group)
         for user, spec in self.node.users.items():
-            args = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+            # As users-groups.nix makes them: a normal user a uid from 1000, a login shell and (createHome) its
+            # home; a system user a uid below 1000, no home made and no login.
+            if spec.get("isNormalUser"):
+                home = ["--create-home"] if spec.get("createHome") else ["--no-create-home"]
+                args = ["useradd", *home, "--shell", "/bin/bash"]
+            else:
+                args = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
             if spec.get("group"):
                 args += ["--gid", spec["group"]]
             if spec.get("home"):
