@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import anyio
@@ -54,6 +55,7 @@ def test_demo_environment_drops_the_callers_hive_and_systemd_settings(tmp_path: 
     assert env["HIVE_ACP_COMMAND"] == sys.executable
     assert json.loads(env["HIVE_ACP_ARGS"]) == ["-m", "hyperhive", "demo-agent"]
     assert (env["HIVE_STATE_DIR"], env["HIVE_WORKDIR"]) == (str(tmp_path), str(tmp_path / "work"))
+    assert env["HIVE_WEB_PORT"] == "0", "the web view on a free port of 127.0.0.1, so that web-login works"
 
 
 def test_state_directory_is_private_and_holds_the_workdir() -> None:
@@ -195,9 +197,16 @@ def test_demo_shows_the_task_the_wake_and_the_reply_then_stops_cleanly(short_tmp
     assert re.search(r"\[subagent-1\] ── turn \d+ \(.*\): wakes \d+ from bash-task-2", out), "its task woke it"
     assert "[subagent-1] Task 2 finished: hello from a sub-agent's task" in out, "its answer, tagged in the stream"
     assert "agent: Sub-agent 1 answered: Task 2 finished: hello from a sub-agent's task" in out
-    assert re.search(r"│ +1 +agent +default +idle +- +2 ", out), "hyperhive subagents lists it, idle after 2 turns"
+    assert re.search(r"│ +1 .*\bidle\b.*run: sleep 1", out), "hyperhive subagents lists it, idle"
     assert "the service stopped cleanly (exit 0)" in out
     assert not list(short_tmp.glob("hyperhive-demo-*")), "the temporary state directory is removed"
+    # Issue 23 (14): the web view is introduced, and the demo ends with what to try next.
+    assert re.search(
+        r"^its web view: http://127\.0\.0\.1:\d+ \(`HIVE_STATE_DIR=\S+ .*web-login` prints a link", out, re.M
+    )
+    next_steps = out[out.index("the service stopped cleanly (exit 0)") :]
+    assert "What next:" in next_steps and "demo --keep" in next_steps
+    assert "send, status, tail -f, web-login" in next_steps and "the README's NixOS section" in next_steps
 
 
 @pytest.mark.timeout(120)
@@ -210,6 +219,23 @@ def test_demo_keep_leaves_a_working_service_and_says_how_to_stop_it(short_tmp: P
         assert alive(pid)
         status = hyperhive("status", "--json", env={**os.environ, "HIVE_STATE_DIR": str(state)})
         assert json.loads(status.stdout)["up"] is True
+        # Issue 23 (14): the web view is served, and the printed `web-login` gives a link into it, with
+        # nothing but what the line says (none of the caller's HIVE_* settings).
+        view = re.search(r"^its web view: (http://127\.0\.0\.1:\d+) ", done.stdout, re.M)
+        assert view is not None, done.stdout
+        [command] = [line for line in done.stdout.splitlines() if re.match(r"  HIVE_STATE_DIR=\S+ .*web-login\b", line)]
+        assert f"HIVE_STATE_DIR={state} " in command
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("HIVE_")}
+        login = subprocess.run(
+            ["/bin/sh", "-c", command], check=False, env=bare, capture_output=True, text=True, timeout=60
+        )
+        assert login.returncode == 0, login.stderr
+        link = re.search(r"(http://\S+)/login#code=(\S+)", login.stdout)
+        assert link is not None and link.group(1) == view.group(1), login.stdout
+        with urllib.request.urlopen(f"{link.group(1)}/login", timeout=30) as page:
+            assert page.status == 200
+        for what in ("send 'run: ls -l'", " status", " tail -f", "What next", "the README's NixOS section"):
+            assert what in done.stdout, what
     finally:
         os.kill(pid, signal.SIGTERM)
     assert gone_within(pid, 30)

@@ -1,14 +1,16 @@
 """`hyperhive demo`: the whole service, offline, in a temporary state directory, with the built-in agent.
 
     start `hyperhive agent` (runtime acp, agent `hyperhive demo-agent`) ─ wait for harness.sock
-    ─ follow `hyperhive tail -f` (and `outbox -f`) ─ `hyperhive send` a message ─ wait for the agent's
+    ─ say where its web view is (HIVE_WEB_PORT=0: a free port of 127.0.0.1) ─ follow `hyperhive tail -f`
+    (and `outbox -f`) ─ `hyperhive send` a message ─ wait for the agent's
     reply in the outbox ─ print the outbox ─ `hyperhive send` a task to delegate ─ wait for the
-    sub-agent's answer relayed to the outbox ─ print those entries and `hyperhive subagents` ─ SIGTERM
-    the service (it exits 0; the tail ends with it)
+    sub-agent's answer relayed to the outbox ─ print those entries and `hyperhive subagents` ─ stop the
+    tail ─ SIGTERM the service (it exits 0) ─ say what to try next
 
 It drives the service only through the operator CLI, as a user would. Every process it starts runs in its
 own process group and is stopped on every path (TERM, a grace, KILL), so a failure leaves nothing running;
-with `--keep` the service is left running on purpose and the commands to use it are printed.
+with `--keep` the service is left running on purpose, its web view too, and the commands to use it are
+printed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from hyperhive.cli.demo_service import (
     log_tail,
     make_state_dir,
     wait_for_socket,
+    web_line,
+    web_url,
+    what_next,
 )
 from hyperhive.statedir.files import open_file
 from hyperhive.statedir.layout import StateDir
@@ -106,7 +111,11 @@ async def _steps(
     finally:
         os.close(log_fd)  # the service has its own copy
     await wait_for_socket(paths.socket, within=SOCKET_WITHIN, exited=service.poll)
-    echo(f"the service is up (pid {service.pid}); its live stream (hyperhive tail -f):")
+    echo(f"the service is up (pid {service.pid})")
+    url = web_url(state)
+    if url is not None:  # the service writes it before it binds its control socket
+        echo(web_line(state, url))
+    echo("its live stream (hyperhive tail -f):")
     tail = await children.start(
         hyperhive_argv("tail", "-f"), env=env, stdout="pipe", stderr="stdout", label="hyperhive tail -f"
     )
@@ -135,17 +144,18 @@ async def _steps(
         ("the sub-agent answered, and the agent relayed it; the outbox's new entries:", ["outbox", "-n", new_entries]),
         ("the sub-agents (hyperhive subagents):", ["subagents"]),
     )
+    # The tail first: it would wait for the stopped service to come back (it follows across restarts).
+    await children.stop(tail, grace=children.grace)
     if keep:
         children.detach(service)
-        await children.stop(tail, grace=children.grace)
-        echo(keep_instructions(state, service.pid))
+        echo(keep_instructions(state, service.pid, url))
         return
     echo("stopping the service (SIGTERM)")
     code = await children.stop(service, grace=stop_within)
-    await children.stop(tail, grace=children.grace)
     if code != 0:
         raise DemoFailed(f"the service exited with status {code} after SIGTERM (expected 0)")
     echo("the service stopped cleanly (exit 0)")
+    echo(what_next())
 
 
 @click.command()
@@ -165,7 +175,8 @@ def demo(keep: bool, within: float) -> None:
     stream, sends a message: the agent starts a background task through the bash MCP server, the task's
     end wakes it, it replies through hyperhive's own tools. Then it delegates a task to a sub-agent, whose
     own task wakes it and whose answer wakes the agent, which relays it. Prints the outbox and the
-    sub-agents, stops the service.
+    sub-agents, stops the service. The service serves its web view on a free port of 127.0.0.1 meanwhile
+    (`hyperhive web-login` prints a link); `--keep` leaves both running.
     """
     try:
         code = anyio.run(_with_signals, keep, within)

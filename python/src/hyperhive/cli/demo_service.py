@@ -51,8 +51,20 @@ def demo_env(state: Path, base: Mapping[str, str]) -> dict[str, str]:
         HIVE_WORKDIR=str(StateDir(state).demo_work),
         HIVE_IDLE_TIMEOUT="30",
         HIVE_CANCEL_GRACE="3",
+        # The web view, on a port of 127.0.0.1 the kernel picks (written to web.json): `web-login` works.
+        HIVE_WEB_PORT="0",
     )
     return env
+
+
+def web_url(state: Path) -> str | None:
+    """Where the service serves its web view (`web.json`, written before it binds its control socket)."""
+    try:
+        doc = json.loads(StateDir(state).web_endpoint.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = doc.get("url") if isinstance(doc, dict) else None
+    return url if isinstance(url, str) else None
 
 
 def make_state_dir() -> Path:
@@ -146,21 +158,50 @@ def _prog() -> str:
     return "hyperhive" if shutil.which("hyperhive") else f"{shlex.quote(sys.executable)} -m hyperhive"
 
 
-def keep_instructions(state: Path, pid: int) -> str:
-    env = f"HIVE_STATE_DIR={shlex.quote(str(state))}"
+def state_env(state: Path) -> str:
+    """What to put before a command to reach the demo's service from a shell."""
+    return f"HIVE_STATE_DIR={shlex.quote(str(state))}"
+
+
+def web_line(state: Path, url: str) -> str:
+    """The web view introduced: where it is, and the command that gives a link to log a browser in."""
+    return f"its web view: {url} (`{state_env(state)} {_prog()} web-login` prints a link that logs a browser in)"
+
+
+NIXOS = "for an agent of your own, run as a service: the README's NixOS section"
+
+
+def what_next() -> str:
+    """The demo's last words, when it stopped its service."""
+    return "\n".join(
+        [
+            "What next:",
+            f"  {_prog()} demo --keep",
+            "      the same, and the service and its web view are left running, with the commands to try on them:",
+            "      send, status, tail -f, web-login",
+            f"  {NIXOS}",
+        ]
+    )
+
+
+def keep_instructions(state: Path, pid: int, url: str | None = None) -> str:
+    env = state_env(state)
     prog = _prog()
+    web = [f"  {env} {prog} web-login  # a link that logs a browser into {url}"] if url else []
     return "\n".join(
         [
             f"The service keeps running (pid {pid}); its state and log ({StateDir(state).demo_log}) are in {state}.",
-            "Play with it:",
+            "What next, with it:",
             f"  {env} {prog} send 'run: ls -l'",
             f"  {env} {prog} send 'delegate: run: ls -l'",
             f"  {env} {prog} send 'remind 5s: stretch your legs'",
-            f"  {env} {prog} tail -f",
-            f"  {env} {prog} outbox",
             f"  {env} {prog} status",
+            f"  {env} {prog} tail -f",
+            *web,
+            f"  {env} {prog} outbox",
             f"  {env} {prog} subagents",
             "Stop it (it exits 0) and clean up:",
             f"  kill -TERM {pid} && rm -rf {shlex.quote(str(state))}",
+            f"Then, {NIXOS}.",
         ]
     )
