@@ -224,7 +224,8 @@ class Service:
             "session": stored.session,
             "context": {"used": self.loop.last_usage[0], "size": self.loop.last_usage[1]} if last is not None else None,
             "queue": dataclasses.asdict(stored.counts),
-            "tasks": [{"id": t.id, "status": t.status, "cmd": t.cmd[:200]} for t in stored.tasks],
+            # `agent`: whose task it is (0 the service's agent, else a sub-agent's id), as `status` says.
+            "tasks": [{"id": t.id, "status": t.status, "cmd": t.cmd[:200], "agent": t.agent} for t in stored.tasks],
             "last_turn": dataclasses.asdict(last) if last is not None else None,
             "turns": stored.turns,
             "http": self.http_url,
