@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 
-from hyperhive.harness.agent_tokens import AgentTokens
+from hyperhive.harness.agent_tokens import MAIN, AgentTokens
 from hyperhive.harness.http_files import (
     Endpoint,
     HttpToolsError,
@@ -87,6 +88,17 @@ class HyperhiveTools:
         # More tools on the same server (the sub-agent tools), added when it is built.
         self.extra_tools: list[Callable[[FastMCP[Any]], None]] = []
 
+    async def _alive(self, agent: int) -> bool:
+        """Whether `agent` may still call: the service's own always; a sub-agent until it has ended. A store
+        that cannot be read says yes: the tool then fails on the store itself, saying why."""
+        if agent == MAIN:
+            return True
+        try:
+            row = await self.inbox.subagent(agent)
+        except sqlite3.Error:
+            return True
+        return row is not None and not row.final
+
     def server_entry(self, agent: int = 0) -> HttpServer:
         """The `hyperhive` MCP entry of an agent (0: the service's own; a sub-agent's id: its own token);
         only once `serve` has reported the URL."""
@@ -130,7 +142,7 @@ class HyperhiveTools:
         mcp: FastMCP[Any] = FastMCP(
             HYPERHIVE_SERVER,
             instructions=INSTRUCTIONS,
-            token_verifier=_BearerToken(self.tokens),
+            token_verifier=_BearerToken(self.tokens, self._alive),
             # No OAuth here: the token is handed to the agent, not issued. Without resource_server_url no
             # discovery route is served, so the MCP path is the only route.
             auth=AuthSettings(issuer_url=base, resource_server_url=None),  # type: ignore[arg-type]
@@ -153,15 +165,17 @@ class HyperhiveTools:
 
 
 class _BearerToken:
-    """The mcp SDK's `TokenVerifier`: an agent's token (harness/agent_tokens.py); the client id is the
-    agent's number, which the tools read back (`caller()`)."""
+    """The mcp SDK's `TokenVerifier`: an agent's token (harness/agent_tokens.py), good while its agent lives
+    (`alive`: a cancelled sub-agent's token started sub-agents out of reach of any cancel, and set
+    reminders); the client id is the agent's number, which the tools read back (`caller()`)."""
 
-    def __init__(self, tokens: AgentTokens) -> None:
+    def __init__(self, tokens: AgentTokens, alive: Callable[[int], Awaitable[bool]]) -> None:
         self._tokens = tokens
+        self._alive = alive
 
     async def verify_token(self, token: str) -> AccessToken | None:
         agent = self._tokens.agent_of(token.encode("utf-8", errors="replace"))
-        if agent is None:
+        if agent is None or not await self._alive(agent):
             return None
         return AccessToken(token=token, client_id=str(agent), scopes=[])
 

@@ -279,8 +279,11 @@ class Inbox:
         self._announce_subagent(row.id)
         return row
 
-    async def message_subagent(self, subagent_id: int, body: str) -> SubagentRow | None:
-        row = await self._write(SubagentTable(self._writer.store).message, subagent_id, body)
+    async def message_subagent(
+        self, subagent_id: int, body: str, *, max_working: int | None = None
+    ) -> SubagentRow | None:
+        table = SubagentTable(self._writer.store)
+        row = await self._write(table.message, subagent_id, body, max_working=max_working)
         if row is not None:
             self._ring(subagent_id)
             self._announce_subagent(subagent_id)

@@ -44,7 +44,7 @@ from hyperhive.mcp_servers import HttpServer, McpServers
 from hyperhive.runtime import Runtime, make_runtime
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.transcript import TranscriptSink
-from hyperhive.store.subagents import SubagentRow, TurnReport
+from hyperhive.store.subagents import SubagentRow, TooManyWorking, TurnReport
 from hyperhive.subagent_profiles import DEFAULT_PROFILE, Profile
 from hyperhive.tasks.engine import TaskEngine
 
@@ -88,7 +88,6 @@ class Subagents:
         self.limits = config.subagent_limits
         self.running: dict[int, Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None
-        self._starting = anyio.Lock()  # one start at a time: the concurrency check and the insert agree
 
     # -- the service's side --------------------------------------------------------------------------
 
@@ -141,18 +140,11 @@ class Subagents:
         if not (math.isfinite(wait) and 0 <= wait <= MAX_WAIT):
             raise ToolFailure(f"wait_seconds must be between 0 and {MAX_WAIT:g}, not {wait!r}")
         profile = self.profile(profile_name or DEFAULT_PROFILE)
-        async with self._starting:
-            depth = await self._depth_allowed(by)
-            working = await self.inbox.working_subagents(by)
-            if working >= self.limits.max_concurrent:
-                raise ToolFailure(
-                    f"{working} sub-agents are working already, the most one agent may have at once "
-                    f"(HIVE_SUBAGENT_MAX_CONCURRENT={self.limits.max_concurrent}): wait for one to answer, "
-                    "or cancel one (subagent_list, subagent_cancel)"
-                )
-            parent_dir = await self._parent_workdir(by)
-            if profile.worktree:
-                await check_git(parent_dir)
+        depth = await self._depth_allowed(by)
+        parent_dir = await self._parent_workdir(by)
+        if profile.worktree:
+            await check_git(parent_dir)
+        try:  # the limit is checked in the insert's own transaction: concurrent starts cannot pass it
             row = await self.inbox.for_agent(by).create_subagent(
                 depth=depth,
                 profile=profile.name,
@@ -160,10 +152,17 @@ class Subagents:
                 workdir=str(parent_dir),
                 worktree=profile.worktree,
                 first_prompt=self._first_prompt(by, task, profile, parent_dir),
+                max_working=self.limits.max_concurrent,
             )
+        except TooManyWorking as exc:
+            raise ToolFailure(
+                f"{exc.working} sub-agents are working already, the most one agent may have at once "
+                f"(HIVE_SUBAGENT_MAX_CONCURRENT={exc.limit}): wait for one to answer, "
+                "or cancel one (subagent_list, subagent_cancel)"
+            ) from exc
         if profile.worktree:
             try:
-                await make_worktree(parent_dir, self._workdir_of(row))
+                await make_worktree(parent_dir, self._workdir_of(row), state=self.config.state.root)
             except ToolFailure as exc:
                 await self.inbox.end_subagent(row.id, "interrupted", exc.message, parent_wake=None)
                 raise
@@ -181,15 +180,13 @@ class Subagents:
             raise ToolFailure(f"the message is {len(body)} characters; at most {MAX_TASK_CHARS}")
         if row.final:
             raise ToolFailure(f"sub-agent {subagent_id} has ended ({row.state}: {row.error}); start a new one")
-        if row.state != "working":
-            async with self._starting:
-                working = await self.inbox.working_subagents(row.parent)
-            if working >= self.limits.max_concurrent:
-                raise ToolFailure(
-                    f"{working} sub-agents are working already (HIVE_SUBAGENT_MAX_CONCURRENT="
-                    f"{self.limits.max_concurrent}); message it once one of them has answered"
-                )
-        updated = await self.inbox.message_subagent(subagent_id, body)
+        try:  # checked and set in one transaction: concurrent messages cannot pass the limit
+            updated = await self.inbox.message_subagent(subagent_id, body, max_working=self.limits.max_concurrent)
+        except TooManyWorking as exc:
+            raise ToolFailure(
+                f"{exc.working} sub-agents are working already (HIVE_SUBAGENT_MAX_CONCURRENT={exc.limit}); "
+                "message it once one of them has answered"
+            ) from exc
         if updated is None:
             raise ToolFailure(f"sub-agent {subagent_id} has ended; start a new one")
         if subagent_id not in self.running:

@@ -10,7 +10,7 @@ import anyio
 
 from hyperhive.errors import ToolFailure
 from hyperhive.procs.run import run as run_command
-from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.directory import make_dirs, refuse_link
 
 GIT_TIMEOUT = 60.0
 
@@ -22,9 +22,16 @@ async def check_git(parent_dir: Path) -> None:
         raise ToolFailure(f"this profile runs in a git worktree, but {parent_dir} is not in a git repository: {result}")
 
 
-async def make_worktree(parent_dir: Path, path: Path) -> None:
-    make_dirs(path.parent)
-    problem = await git(parent_dir, "worktree", "add", "--detach", str(path), "HEAD")
+async def make_worktree(parent_dir: Path, path: Path, *, state: Path) -> None:
+    """A detached worktree of `parent_dir`'s repository at `path`, inside the state directory `state`: no
+    level of it a symbolic link (refused, never followed), and none of the repository's hooks run (git runs
+    post-checkout here; in the service, outside any task's cgroup)."""
+    try:
+        make_dirs(path.parent, root=state)
+        refuse_link(path)
+    except OSError as exc:
+        raise ToolFailure(f"cannot make a git worktree at {path}: {exc.strerror or exc}") from exc
+    problem = await git(parent_dir, "-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", str(path), "HEAD")
     if problem is not None:
         raise ToolFailure(f"cannot make a git worktree of {parent_dir} at {path}: {problem}")
 

@@ -141,7 +141,7 @@ class ClaudeRuntime:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
         doc = self.config.agent_mcp_servers().claude_config()
         path = self.config.claude_mcp_config
-        make_dirs(path.parent)
+        make_dirs(path.parent, root=self.config.state_dir)
         write_file(path, json.dumps(doc, indent=2))
         return path
 

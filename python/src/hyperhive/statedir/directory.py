@@ -147,10 +147,31 @@ def private_dir(path: Path, st: os.stat_result | None = None) -> None:
         restrict(path, DIR_MODE)
 
 
-def make_dirs(path: Path) -> None:
+class LinkRefused(OSError):
+    """A symbolic link where the state directory has a folder of ours: refused, never followed (a link planted
+    at `subagents/<id>` moved a sub-agent's worktree, and what it wrote, out of the state directory)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.ELOOP, f"{path} is a symbolic link, which is not followed inside the state directory")
+        self.filename = str(path)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def refuse_link(path: Path) -> None:
+    """LinkRefused if `path` is a symbolic link (whatever it points at)."""
+    if path.is_symlink():
+        raise LinkRefused(path)
+
+
+def make_dirs(path: Path, *, root: Path | None = None) -> None:
     """`path` and every missing level above it, each made 0700 (`mkdir(parents=True)` would give the levels
-    it adds the umask's mode). An OSError when one cannot be made (NotADirectoryError: a file is in the way)."""
+    it adds the umask's mode). An OSError when one cannot be made (NotADirectoryError: a file is in the way).
+    Below `root` (the state directory), a level that is a symbolic link is refused (`LinkRefused`)."""
     for level in [*reversed(path.parents), path]:
+        if root is not None and level != root and level.is_relative_to(root):
+            refuse_link(level)
         if not level.is_dir():
             try:
                 level.mkdir(mode=DIR_MODE)

@@ -101,6 +101,15 @@ def in_status(rows: Iterable[SubagentRow]) -> list[SubagentRow]:
     return sorted(shown, key=lambda r: r.id)
 
 
+class TooManyWorking(Exception):
+    """A start or a message would pass the parent's limit of sub-agents working at once."""
+
+    def __init__(self, working: int, limit: int) -> None:
+        super().__init__(f"{working} sub-agents are working already (the limit is {limit})")
+        self.working = working
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class TurnReport:
     """What a sub-agent's turn end changes in its row, and the wake it sends its parent (None: none, as when
@@ -133,11 +142,23 @@ class SubagentTable:
     # -- writes --------------------------------------------------------------------------------------
 
     def create(
-        self, *, parent: int, depth: int, profile: str, task: str, workdir: str, worktree: bool, first_prompt: str
+        self,
+        *,
+        parent: int,
+        depth: int,
+        profile: str,
+        task: str,
+        workdir: str,
+        worktree: bool,
+        first_prompt: str,
+        max_working: int | None = None,
     ) -> SubagentRow:
-        """A new sub-agent, working, and the wake carrying its first prompt (one transaction)."""
+        """A new sub-agent, working, and the wake carrying its first prompt (one transaction). With
+        `max_working`, `TooManyWorking` when the parent has that many working already: checked and written
+        in the same transaction, so no race passes the limit."""
         now = time.time()
         with self.store.transaction() as db:
+            self._within(parent, max_working)
             cur = db.execute(
                 "INSERT INTO subagents (parent, depth, profile, task, workdir, worktree, state, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, 'working', ?)",
@@ -147,16 +168,23 @@ class SubagentTable:
             self._wakes.for_agent(cur.lastrowid).insert(PARENT, first_prompt, now=now)
         return self.get(cur.lastrowid)
 
-    def message(self, subagent_id: int, body: str) -> SubagentRow | None:
+    def message(self, subagent_id: int, body: str, *, max_working: int | None = None) -> SubagentRow | None:
         """A follow-up from the parent: a wake for the sub-agent, which is working again (one transaction).
-        None when it has ended for good (nothing is stored)."""
+        None when it has ended for good (nothing is stored); `TooManyWorking` (with `max_working`) when it was
+        not working and its parent has that many working already."""
         with self.store.transaction() as db:
             row = self.find(subagent_id)
             if row is None or row.final:
                 return None
+            if row.state != "working":
+                self._within(row.parent, max_working)
             db.execute("UPDATE subagents SET state = 'working' WHERE id = ?", (subagent_id,))
             self._wakes.for_agent(subagent_id).insert(PARENT, body)
         return self.get(subagent_id)
+
+    def _within(self, parent: int, max_working: int | None) -> None:
+        if max_working is not None and (working := self.working(parent)) >= max_working:
+            raise TooManyWorking(working, max_working)
 
     def turn_begun(self, subagent_id: int) -> None:
         """The sub-agent is in a turn, so it is working, whoever woke it (its task's end, its reminder).
