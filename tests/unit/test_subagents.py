@@ -436,3 +436,16 @@ async def test_a_sub_agent_woken_by_its_own_task_is_working_while_its_turn_runs(
             await until(lambda: _true(runtimes[row.id].in_turn))
             assert (await subagents.status(0, row.id)).state == "working"
             assert await inbox.working_subagents(0) == 1
+
+
+def test_a_turn_of_unknown_cost_leaves_the_cost_unknown_and_a_known_one_adds_up(tmp_path: Path) -> None:
+    # An unknown cost was written as 0 (COALESCE), and the operator read `$0.0000` for "not reported".
+    store = Store(tmp_path / "db")
+    table = SubagentTable(store)
+    row = table.create(parent=0, depth=1, profile="default", task="t", workdir="/", worktree=False, first_prompt="p")
+    table.count_turn(row.id, busy_ms=10, context_used=None, context_size=None, cost=None)
+    assert (table.get(row.id).turns, table.get(row.id).cost_usd) == (1, None)
+    table.count_turn(row.id, busy_ms=10, context_used=5, context_size=100, cost=0.25)
+    table.count_turn(row.id, busy_ms=10, context_used=None, context_size=None, cost=None)
+    got = table.get(row.id)
+    assert (got.turns, got.busy_ms, got.cost_usd, got.context_used) == (3, 30, 0.25, 5)

@@ -208,9 +208,10 @@ class SubagentTable:
         and context count, also when the sub-agent has ended meanwhile. Joins the caller's transaction."""
         self.store.db.execute(
             "UPDATE subagents SET turns = turns + 1, busy_ms = busy_ms + ?, context_used = COALESCE(?, context_used),"
-            " context_size = COALESCE(?, context_size), cost_usd = COALESCE(?, 0) + COALESCE(cost_usd, 0)"
-            " WHERE id = ?",
-            (busy_ms, context_used, context_size, cost, subagent_id),
+            " context_size = COALESCE(?, context_size),"
+            # An unknown cost adds nothing and leaves an unknown total unknown (it was written as 0).
+            " cost_usd = CASE WHEN ? IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ? END WHERE id = ?",
+            (busy_ms, context_used, context_size, cost, cost, subagent_id),
         )
 
     def pending(self, subagent_id: int) -> bool:
