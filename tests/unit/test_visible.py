@@ -35,3 +35,19 @@ def test_visible_json_means_the_same_and_carries_no_control_character_raw() -> N
     assert json.loads(line) == doc
     assert "é ✓" in line  # readable, not ensure_ascii
     assert not any(c in line for c in "\x1b\x9b\u2028\u202e\ud800\x7f")
+
+
+def test_characters_that_show_nothing_are_spelled_out_but_joiners_that_scripts_need_stay() -> None:
+    # Issue 24: zero-width and tag characters reached the page as they are, so text could hide in plain sight
+    # ("ASCII smuggling": each tag character mirrors an ASCII one and shows nothing).
+    hidden = "".join(chr(0xE0000 + ord(c)) for c in "rm -rf")
+    assert visible(f"ok{hidden}") == "ok" + "".join(f"<U+{0xE0000 + ord(c):05X}>" for c in "rm -rf")
+    assert visible("a\u200bb\u2060c\ufeffd\u180ee\U000e0100") == "a<U+200B>b<U+2060>c<U+FEFF>d<U+180E>e<U+E0100>"
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert visible(family) == family and visible("\u0645\u200c\u06cc") == "\u0645\u200c\u06cc"
+
+
+def test_visible_json_escapes_characters_beyond_the_basic_plane_as_surrogate_pairs() -> None:
+    doc = {"hidden": "x\U000e0041\U000e0100y"}
+    line = visible_json(doc)
+    assert json.loads(line) == doc and "\\udb40\\udc41" in line
