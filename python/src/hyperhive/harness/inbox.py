@@ -48,7 +48,7 @@ from hyperhive.store.database import Store
 from hyperhive.store.sessions import SessionTable
 from hyperhive.store.subagents import SubagentRow, SubagentState, SubagentTable, TurnReport
 from hyperhive.store.tasks import TaskRow, TaskTable
-from hyperhive.store.wakes import MAIN_AGENT, QueueCounts, WakeRow
+from hyperhive.store.wakes import MAIN_AGENT, QueueCounts, WakeRow, WakeTable
 from hyperhive.worker import SerialWorker
 
 _T = TypeVar("_T")
@@ -263,6 +263,31 @@ class Inbox:
     async def turns_before(self, before: int | None, limit: int) -> list[TurnRow]:
         """One page of this agent's turns, newest first (records.py)."""
         return await self._read(self._reader.turns_before, before, limit)
+
+    async def turn(self, turn_id: int) -> TurnRow | None:
+        """The turn `turn_id`, whichever agent had it (the web view's page of one turn)."""
+
+        def read() -> TurnRow | None:
+            fields = TurnRow.__dataclass_fields__
+            row = self._reader.store.one(f"SELECT {', '.join(fields)} FROM turns WHERE id = ?", (turn_id,))
+            return None if row is None else TurnRow(**dict(zip(fields, row, strict=True)))
+
+        return await self._read(read)
+
+    async def wakes(self, wake_ids: Sequence[int]) -> list[WakeRow]:
+        """These wakes, whoever they were owed to, in the order asked (one missing is left out)."""
+
+        def read() -> list[WakeRow]:
+            table = WakeTable(self._reader.store)
+            found = []
+            for wake_id in wake_ids:
+                try:
+                    found.append(table.get(wake_id))
+                except KeyError:
+                    continue
+            return found
+
+        return await self._read(read)
 
     async def totals(self) -> tuple[int, int, float | None]:
         """This agent's turns in all: how many, their time (ms), their cost."""
