@@ -19,6 +19,8 @@ def scope(method: str, path: str, *headers: tuple[bytes, bytes], host: str = VIE
 
 def test_a_request_with_the_cookie_from_the_view_or_its_proxy_passes() -> None:
     assert GATE(scope("GET", "/", COOKIE)) is None
+    assert GATE(scope("GET", "/turns/17", COOKIE)) is None and GATE(scope("GET", "/subagents/3", COOKIE)) is None
+    assert GATE(scope("POST", "/subagents/message", COOKIE)) is None
     assert (
         GATE(scope("POST", "/send", COOKIE, (b"origin", b"https://agent.example.com"), host="agent.example.com"))
         is None
@@ -39,6 +41,12 @@ def test_a_request_with_the_cookie_from_the_view_or_its_proxy_passes() -> None:
         (scope("GET", "/events"), 401),
         (scope("POST", "/send"), 401),
         (scope("POST", "/login", (b"content-length", b"100000")), 413),
+        (scope("GET", "/turns/17"), 303),  # the page of one turn or sub-agent is a page
+        (scope("GET", "/subagents/3"), 303),
+        (scope("GET", "/turns/17/x", COOKIE), 404),
+        (scope("GET", "/subagents/-3", COOKIE), 404),
+        (scope("POST", "/turns/17", COOKIE), 405),
+        (scope("POST", "/subagents/message"), 401),
     ],
 )
 def test_a_request_is_refused_from_its_head(request_scope: dict[str, object], status: int) -> None:

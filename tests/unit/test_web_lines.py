@@ -4,6 +4,7 @@ turns a feed's events still tell of. The browser's own word on it: tests/process
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -47,6 +48,11 @@ class Elements(HTMLParser):
         self.text += data
 
 
+def ours(found: Elements) -> bool:
+    """Every link is one of the view's own (a turn's or a sub-agent's page), none made of outside text."""
+    return all(re.fullmatch(r"/(turns|subagents)/\d+", v or "") for k, v in found.attrs if k == "href")
+
+
 def parsed(markup: str) -> Elements:
     found = Elements()
     found.feed(markup)
@@ -75,8 +81,9 @@ def test_agent_text_holding_markup_and_terminal_escapes_is_text_on_the_page() ->
     html = "".join(v.html for v in lines.turns_of(events, {}))
     html += "".join(op["html"] for e in events for op in lines.ops(e))
     found = parsed(html)
-    assert not {"script", "a", "img", "b"} & set(found.tags)
+    assert not {"script", "img", "b"} & set(found.tags)
     assert not [v for k, v in found.attrs if k.startswith("on") or "javascript:" in (v or "")]
+    assert ours(found)  # the turn's own id, a link of ours: none of the agent's
     assert "<script>window.pwned=1</script>" in found.text and 'href="javascript:alert(1)"' in found.text
     assert "\x1b" not in found.text and "^[]52;c;aGk=^G" in found.text  # the escape shown, not obeyed
 

@@ -11,19 +11,23 @@ from hyperhive.runtime.stream import ResultLine
 from hyperhive.store.wakes import QueueCounts, WakeRow
 
 
-def test_the_title_says_the_agents_state_in_a_word_or_two() -> None:
-    said = {
-        "turn 12": "working · hyperhive",
-        "idle": "idle · hyperhive",
-        "starting": "starting · hyperhive",
-        "compacting": "compacting · hyperhive",
-        "backing off 4 s after 2 failed turn(s)": "backing off · hyperhive",
-        "store unavailable: disk full; retrying in 5 s": "store unavailable · hyperhive",
-        "": "starting · hyperhive",
+def test_the_title_and_the_bar_say_the_headline_not_the_main_loops_state_alone() -> None:
+    # The main loop idle while sub-agent 3 works: the tab said `idle` (issue 23, 2).
+    doc = {
+        "state": "working",
+        "text": "working: sub-agent 3 in turn 17 (12 s), sub-agent 4 waits on its task",
+        "busy": [{"agent": 3, "turn": 17, "secs": 12.0}, {"agent": 4, "turn": None, "secs": None}],
     }
-    assert {state: panels.title(state) for state in said} == said
-    status = panels.status({"state": "turn 3"}, 3)
-    assert 'data-title="working · hyperhive"' in status
+    drawn = panels.headline(doc)
+    assert 'data-title="working · hyperhive"' in drawn and 'class="badge working">working<' in drawn
+    assert '<a href="/subagents/3">sub-agent 3</a> in <a href="/turns/17">turn 17</a> (12 s)' in drawn
+    assert '<a href="/subagents/4">sub-agent 4</a> waits on its task' in drawn
+    failed = panels.headline({"state": "failed", "text": "failed: backing off 4 s after 2 failed turn(s)"})
+    assert 'data-title="failed · hyperhive"' in failed and "backing off 4 s" in failed
+    assert panels.title("idle") == "idle · hyperhive" and panels.title("") == "starting · hyperhive"
+    assert "data-title" not in panels.status({"state": "idle"}, None)  # the loop's state no longer titles
+    bar = page.top("/", drawn="now", headline=drawn)
+    assert bar.index("Log out") < bar.index('id="panel-headline"') < bar.index("</header>")
 
 
 def test_a_button_that_says_cancel_or_kill_is_named_for_what_it_acts_on() -> None:

@@ -2,7 +2,8 @@
 
 Send (a wake from the operator, as `hyperhive send` stores it: the same checks, a request id so that a
 form posted twice stores one wake), cancel the turn in flight (the turn loop, through the runtime), kill a
-task (the task engine), cancel a sub-agent (`Subagents.cancel` as the operator) or a reminder (the inbox).
+task (the task engine), cancel a sub-agent (`Subagents.cancel` as the operator) or a reminder (the inbox),
+message a sub-agent (`Subagents.message` as the operator, who may reach any of them).
 Never a second path to the tables: each does what its owner does for the control socket and the tools.
 """
 
@@ -72,6 +73,16 @@ async def cancel_subagent(parts: Parts, form: dict[str, str]) -> tuple[str, int]
     return "subagent", sid
 
 
+async def message_subagent(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
+    sid = number(form, "id")
+    try:
+        await parts.subagents.message(None, sid, form.get("body") or "")
+    except ToolFailure as exc:
+        raise Refused(409, exc.message) from exc
+    log.info("web view: the operator messaged sub-agent %d", sid)
+    return "messaged", sid
+
+
 async def cancel_reminder(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
     wake = number(form, "id")
     if not await parts.inbox.cancel_reminder(wake):
@@ -85,5 +96,6 @@ ACTIONS = {
     "/cancel-turn": cancel_turn,
     "/tasks/kill": kill_task,
     "/subagents/cancel": cancel_subagent,
+    "/subagents/message": message_subagent,
     "/reminders/cancel": cancel_reminder,
 }

@@ -13,30 +13,37 @@ own origin only (no inline script runs, whatever a page held), and is neither ca
 from __future__ import annotations
 
 import importlib.resources
+import json
 import logging
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from hyperhive.config import Config
 from hyperhive.errors import StartFailed
 from hyperhive.harness.http_asgi import Receive, Scope, Send
 from hyperhive.harness.http_limits import DEFAULT_LIMITS
 from hyperhive.harness.http_server import serve_http
-from hyperhive.harness.web import page
+from hyperhive.harness.web import detail, page
 from hyperhive.harness.web.actions import ACTIONS, Refused
 from hyperhive.harness.web.auth import CODE_SECONDS, WebAuth
 from hyperhive.harness.web.files import WebEndpoint, WebError, load_secret, remove_endpoint, write_endpoint
-from hyperhive.harness.web.gate import WebGate
+from hyperhive.harness.web.gate import ONE, WebGate
+from hyperhive.harness.web.lines import turns_of
 from hyperhive.harness.web.panels import CSRF, NAMES, clock, outbox_items, title, turn_rows
-from hyperhive.harness.web.source import Panels, Parts, after_id, live_turns
+from hyperhive.harness.web.source import Panels, Parts, after_id, carried, live_turns
 from hyperhive.harness.web.stream import LIFETIME, Streams
+from hyperhive.harness.web.transcript import TurnLines, turn_lines
+from hyperhive.statedir.layout import transcript
 
 log = logging.getLogger("hyperhive.harness.web")
 
@@ -46,6 +53,11 @@ MAX_FORM = 3 << 20
 PAGE_ROWS = 50
 MAX_PAGE_ROWS = 1000  # of the history (a row is a few hundred bytes)
 MAX_OUTBOX_ROWS = 200  # a reply shows up to 16 Ki characters
+# A turn's page finds it in its transcript by the turns of its session that followed it: among this many of
+# its agent's latest turns (an older one's page says where its lines are).
+LATER_SCAN = 500
+# Where a form may send the browser back to (its `back` field): the main page, or one turn's or sub-agent's.
+BACK = re.compile(r"/(?:turns|subagents)/\d{1,18}")
 # A stream's answer lasts up to its lifetime; every other answer is the service's own work, quick.
 WEB_LIMITS = replace(DEFAULT_LIMITS, answer_timeout=LIFETIME + 60, max_body=MAX_FORM)
 
@@ -116,8 +128,11 @@ class Request:
 class WebApp:
     """The view's ASGI app: pages, the stream, the login and the operator's actions."""
 
-    def __init__(self, parts: Parts, auth: WebAuth, *, secure_hosts: set[str] | None = None) -> None:
+    def __init__(
+        self, parts: Parts, auth: WebAuth, *, secure_hosts: set[str] | None = None, transcripts: Path | None = None
+    ) -> None:
         self.parts = parts
+        self.transcripts = transcripts
         self.auth = auth
         self.panels = Panels(parts)
         # No buffering by a proxy (nginx honours the header): each event must reach the page as it comes.
@@ -157,6 +172,10 @@ class WebApp:
                 await request.html(200, (await self.turns(request)).replace(CSRF, csrf))
             elif path == "/outbox":
                 await request.html(200, (await self.outbox(request)).replace(CSRF, csrf))
+            elif (one := ONE.fullmatch(path)) is not None:
+                which, number = one.group(1), int(one.group(2))
+                drawn = await (self.turn(number) if which == "turns" else self.subagent(request, number))
+                await request.html(200, drawn.replace(CSRF, csrf))
         except Refused as exc:
             await request.html(exc.status, page.problem(exc.status, exc.message).replace(CSRF, csrf))
 
@@ -167,7 +186,7 @@ class WebApp:
         drawn = {name: await self.panels.get(name, after=seq) for name in NAMES}
         query = request.query
         return page.main(
-            title=title(self.parts.loop.state),
+            title=title(self.panels.headline_state),
             drawn=clock(time.time()),
             events=f"/events?after={after_id(self.parts.feed, seq)}",
             turns_html="".join(v.html for v in views),
@@ -190,13 +209,70 @@ class WebApp:
         rows = await self.parts.inbox.for_agent(agent_id).turns_before(before, n)
         older = f"/turns?agent={agent_id}&before={rows[-1].id}&n={n}" if len(rows) == n else None
         heading = "Turn history" if agent_id == 0 else f"Turn history of sub-agent {agent_id}"
-        return page.listing("/turns", heading, turn_rows(rows), older, drawn=clock(time.time()))
+        bar = await self.panels.get("headline")
+        return page.listing("/turns", heading, turn_rows(rows), older, drawn=clock(time.time()), headline=bar)
 
     async def outbox(self, request: Request) -> str:
         before, n = self._paging(request, MAX_OUTBOX_ROWS)
         rows = await self.parts.inbox.outbox_before(before, n)
         older = f"/outbox?before={rows[-1].id}&n={n}" if len(rows) == n else None
-        return page.listing("/outbox", "Outbox", outbox_items(rows), older, drawn=clock(time.time()))
+        bar = await self.panels.get("headline")
+        return page.listing("/outbox", "Outbox", outbox_items(rows), older, drawn=clock(time.time()), headline=bar)
+
+    async def turn(self, turn_id: int) -> str:
+        """One turn's page (web/detail.py): its row, the wakes it carried, its lines from its transcript (or,
+        in flight, from the live feed)."""
+        parts = self.parts
+        row = await parts.inbox.turn(turn_id)
+        if row is None:
+            raise Refused(404, f"there is no turn {turn_id}")
+        wakes = await parts.inbox.wakes(row.wakes)
+        found: TurnLines | None = None
+        live = None
+        name = None
+        if row.outcome == "running":
+            views = turns_of((json.loads(e) for e in parts.feed.kept()), parts.running_turns())
+            live = next((v for v in views if v.turn == turn_id), None)
+        elif row.session_id is None or self.transcripts is None:
+            found = TurnLines(problem="no session was recorded for it (it ended before its agent named one)")
+        else:
+            path = transcript(self.transcripts, row.session_id)
+            name = path.name
+            later = await self._later_turns(row.agent, turn_id, row.session_id)
+            if later is None:
+                found = TurnLines(problem=f"more than {LATER_SCAN} turns of its agent came after it")
+            else:
+                found = await anyio.to_thread.run_sync(lambda: turn_lines(path, later, stored_result=row.result))
+        sections = detail.turn_sections(row, wakes, found, live, name)
+        bar = await self.panels.get("headline")
+        return page.detail(f"Turn {turn_id}", sections, drawn=clock(time.time()), headline=bar)
+
+    async def _later_turns(self, agent: int, turn_id: int, session: str) -> int | None:
+        """How many turns of `agent`'s session `session` ended after turn `turn_id`; None past `LATER_SCAN`."""
+        rows = await self.parts.inbox.for_agent(agent).turns_before(None, LATER_SCAN)
+        if len(rows) == LATER_SCAN and rows[-1].id > turn_id:
+            return None
+        return sum(1 for r in rows if r.id > turn_id and r.session_id == session)
+
+    async def subagent(self, request: Request, subagent_id: int) -> str:
+        """One sub-agent's page (web/detail.py), with the note a form posted here left."""
+        parts = self.parts
+        row = await parts.inbox.subagent(subagent_id)
+        if row is None:
+            raise Refused(404, f"there is no sub-agent {subagent_id}")
+        own = parts.inbox.for_agent(subagent_id)
+        sections = detail.subagent_sections(
+            row,
+            turn=parts.subagents.current_turn(subagent_id),
+            in_flight_ms=parts.in_flight_ms(subagent_id),
+            waiting=await own.waiting_wakes(limit=50),
+            carried_by=await carried(own),
+            turns=await own.turns_before(None, detail.TURNS_LISTED),
+            children=await parts.inbox.subagents(parent=subagent_id),
+        )
+        bar = await self.panels.get("headline")
+        notice = page.note(request.query.get("done"), request.query.get("id"))
+        return page.detail(f"Sub-agent {subagent_id}", sections, drawn=clock(time.time()), headline=bar, notice=notice)
 
     # -- forms ---------------------------------------------------------------------------------------
 
@@ -220,8 +296,9 @@ class WebApp:
             self.auth.revoke(request.headers)
             await request.redirect("/login", (b"set-cookie", self.auth.expired_cookie(secure=self._secure(request))))
             return
-        done, number = await ACTIONS[path](self.parts, form)
-        await request.redirect(f"/?done={done}&id={number}")
+        done, acted_on = await ACTIONS[path](self.parts, form)
+        back = form.get("back", "")
+        await request.redirect(f"{back if BACK.fullmatch(back) else '/'}?done={done}&id={acted_on}")
 
     def _secure(self, request: Request) -> bool:
         """Reached through the proxy's https origin: the cookie is sent over https only."""
@@ -265,7 +342,7 @@ class WebView:
             hosts.add(proxied)
             if self.config.web_origin.startswith("https://"):
                 secure.add(proxied)
-        app = WebApp(self.parts, self.auth, secure_hosts=secure)
+        app = WebApp(self.parts, self.auth, secure_hosts=secure, transcripts=self.config.state.transcripts)
         url = f"http://127.0.0.1:{port}"
         endpoint = WebEndpoint(url=url, pid=os.getpid())
         try:

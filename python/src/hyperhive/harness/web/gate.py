@@ -3,13 +3,15 @@
 In order: `Host` must name the view (127.0.0.1, localhost or [::1] with its port, or the host of the
 origin it is served under through a proxy: else 421, the DNS-rebinding check the tools make); an `Origin`,
 when sent, must be the view's (else 403: another site's page posting here); the path must be one of
-`ROUTES` with its method (404, 405); and every route but the login page and the static files needs the
-session cookie (web/auth.py): a page asked for without it is sent to /login (303), anything else is 401.
+`ROUTES` with its method, or the page of one turn or sub-agent (`ONE`: GET) (404, 405); and every route but
+the login page and the static files needs the session cookie (web/auth.py): a page asked for without it is
+sent to /login (303), anything else is 401.
 A refused request's body is never read. CSRF tokens are checked by the app, once the form is read.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hyperhive.harness.http_asgi import Scope
@@ -39,12 +41,22 @@ ROUTES: dict[str, Route] = {
     "/cancel-turn": Route(("POST",)),
     "/tasks/kill": Route(("POST",)),
     "/subagents/cancel": Route(("POST",)),
+    "/subagents/message": Route(("POST",)),
     "/reminders/cancel": Route(("POST",)),
     "/static/live.js": Route(("GET",), public=True),
     "/static/login.js": Route(("GET",), public=True),
     "/static/style.css": Route(("GET",), public=True),
     "/favicon.ico": Route(("GET",), public=True),
 }
+
+
+# The page of one turn (`/turns/17`) or sub-agent (`/subagents/3`): the kind and the id.
+ONE = re.compile(r"/(turns|subagents)/(\d{1,18})")
+_ONE_ROUTE = Route(("GET",), page=True)
+
+
+def route_of(path: str) -> Route | None:
+    return ROUTES.get(path) or (_ONE_ROUTE if ONE.fullmatch(path) else None)
 
 
 def _refusal(status: int, text: str, *headers: tuple[bytes, bytes]) -> Refusal:
@@ -68,7 +80,7 @@ class WebGate:
         origins = [v.lower() for n, v in headers if n == b"origin"]
         if len(origins) > 1 or (origins and origins[0] not in self.origins):
             return _refusal(403, "requests from other origins are refused\n")
-        route = ROUTES.get(scope["path"])
+        route = route_of(scope["path"])
         if route is None:
             return _refusal(404, "not found\n")
         if scope["method"] not in route.methods:

@@ -68,6 +68,16 @@ def who(agent: int) -> str:
     return "agent" if agent == 0 else f"sub-agent {agent}"
 
 
+def who_link(agent: int) -> str:
+    """Whose, as a link to the sub-agent's page (the service's agent is the main page's)."""
+    return who(agent) if agent == 0 else f'<a href="/subagents/{agent}">{who(agent)}</a>'
+
+
+def turn_link(turn: int, text: str | None = None) -> str:
+    """A turn id as a link to its page."""
+    return f'<a href="/turns/{turn}">{esc(text) if text is not None else f"turn {turn}"}</a>'
+
+
 # -- one stream line ---------------------------------------------------------------------------------------
 
 
@@ -185,7 +195,7 @@ def badge(turn: int, outcome: str, error: str | None = None) -> str:
 def head(turn: int, agent: int, wakes: Iterable[dict[str, Any]], outcome: str, error: str | None = None) -> str:
     carried = ", ".join(f"{esc(str(w.get('id')))} from {esc(str(w.get('from')))}" for w in wakes)
     return (
-        f'<header class="head">{badge(turn, outcome, error)} turn {turn} · {who(agent)}'
+        f'<header class="head">{badge(turn, outcome, error)} {turn_link(turn)} · {who_link(agent)}'
         f"{' · wakes ' + carried if carried else ''}</header>"
     )
 

@@ -19,6 +19,7 @@ NOTES = {
     "ended": "task {id} had ended already",
     "subagent": "sub-agent {id} cancelled",
     "reminder": "reminder {id} cancelled",
+    "messaged": "message sent to sub-agent {id}",
 }
 
 
@@ -32,9 +33,10 @@ def document(title: str, body: str, *, script: str | None = None) -> str:
     )
 
 
-def top(where: str, *, drawn: str) -> str:
+def top(where: str, *, drawn: str, headline: str = "") -> str:
     """The bar on every page: the pages, whether this one follows the stream (`drawn`: when it was drawn,
-    which is all a page without the stream can say; live.js says `live` once it follows), log out."""
+    which is all a page without the stream can say; live.js says `live` once it follows), log out, and the
+    headline below them (panels.headline: who works, on which turn, for how long)."""
     nav = "".join(
         f'<a href="{href}"{" class=here aria-current=page" if href == where else ""}>{name}</a>'
         for href, name in (("/", "now"), ("/turns", "turns"), ("/outbox", "outbox"))
@@ -46,7 +48,7 @@ def top(where: str, *, drawn: str) -> str:
     return (
         f'<header class="top"><h1>hyperhive</h1><span class="version">{esc(__version__)}</span>'
         f'<span id="stream" class="off">as of {esc(drawn)}</span>'
-        f'<nav aria-label="pages">{nav}</nav>{logout}</header>'
+        f'<nav aria-label="pages">{nav}</nav>{logout}{headline}</header>'
     )
 
 
@@ -80,7 +82,7 @@ def main(
     )
     side = "".join(panels[n] for n in ("queue", "tasks", "subagents", "outbox"))
     body = (
-        f"{top('/', drawn=drawn)}{notice}"
+        f"{top('/', drawn=drawn, headline=panels['headline'])}{notice}"
         '<div id="announce" class="sr-only" role="status" aria-live="polite"></div>'
         f'<main><div class="col wide">{panels["status"]}{send}{live}{panels["turns"]}</div>'
         f'<div class="col side">{side}</div></main>'
@@ -88,12 +90,23 @@ def main(
     return document(title, body, script="live.js")
 
 
-def listing(where: str, title: str, content: str, older: str | None, *, drawn: str) -> str:
+def listing(where: str, title: str, content: str, older: str | None, *, drawn: str, headline: str = "") -> str:
     more = f'<p><a href="{esc(older)}">older</a></p>' if older else ""
     section = f'<section class="panel" aria-labelledby="list-title"><h2 id="list-title">{esc(title)}</h2>'
-    return document(
-        f"{title} · hyperhive", f'{top(where, drawn=drawn)}<main class="one">{section}{content}{more}</section></main>'
+    bar = top(where, drawn=drawn, headline=headline)
+    return document(f"{title} · hyperhive", f'{bar}<main class="one">{section}{content}{more}</section></main>')
+
+
+def detail(title: str, sections: str, *, drawn: str, headline: str, notice: str = "") -> str:
+    """A page of one thing (a turn, a sub-agent): its sections, drawn as of now (no stream follows it); its
+    forms are posted in place by live.js, whose answer's sections replace the page's."""
+    bar = top("", drawn=drawn, headline=headline)
+    body = (
+        f"{bar}{notice}"
+        '<div id="announce" class="sr-only" role="status" aria-live="polite"></div>'
+        f'<main class="one"><h1 class="page">{esc(title)}</h1>{sections}</main>'
     )
+    return document(f"{title} · hyperhive", body, script="live.js")
 
 
 def login(problem: str | None = None) -> str:

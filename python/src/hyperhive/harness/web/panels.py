@@ -9,13 +9,14 @@ spells out NUL), which each page's own token replaces as it is sent.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hyperhive.harness.records import OutboxRow, TurnRow
-from hyperhive.harness.web.lines import bounded, esc, who
+from hyperhive.harness.web.lines import bounded, esc, turn_link, who_link
 from hyperhive.runtime.render import shorten
 from hyperhive.store.subagents import SubagentRow
 from hyperhive.store.wakes import QueueCounts, WakeRow
@@ -23,9 +24,10 @@ from hyperhive.tasks.output import last_lines
 from hyperhive.tasks.views import TaskView
 
 CSRF = "\x00csrf\x00"
-NAMES = ("status", "queue", "tasks", "subagents", "outbox", "turns")
+NAMES = ("headline", "status", "queue", "tasks", "subagents", "outbox", "turns")
 BODY_CHARS = 400  # of a wake's or a reply's text in a list
 TAIL_LINES = 12
+SAID_CHARS = 200  # of what a turn said, in a list (its page has it whole)
 # Of a reply (up to 64 KiB: harness/replies.py) in a list; `hyperhive outbox` prints it whole.
 REPLY_CHARS = 16 * 1024
 
@@ -49,7 +51,14 @@ def context(used: int | None, size: int | None) -> str:
 
 
 def cost(usd: float | None) -> str:
+    """`-` when no cost was told (a turn's, or every turn's of an agent), else `$0.0123`: one way each."""
     return "-" if usd is None else f"${usd:.4f}"
+
+
+def linked(text: str) -> str:
+    """Our own sentence (`working: sub-agent 3 in turn 17 (12 s)`) escaped, its turns and sub-agents links."""
+    out = re.sub(r"\bturn (\d{1,18})\b", lambda m: turn_link(int(m.group(1))), esc(text))
+    return re.sub(r"\bsub-agent (\d{1,18})\b", lambda m: who_link(int(m.group(1))), out)
 
 
 def badge(state: str) -> str:
@@ -81,22 +90,27 @@ def panel(name: str, title: str, body: str, *, data: str = "") -> str:
     )
 
 
-def headline(state: str) -> str:
-    """The agent's state in a word or two, as the tab's title says it: `working` for a turn in flight
-    (`turn 12`), else the state's words before any figure (`idle`, `backing off`, `store unavailable`)."""
-    if state.startswith("turn "):
-        return "working"
-    words = []
-    for word in state.partition(":")[0].split():
-        if not word.isalpha():
-            break
-        words.append(word)
-    return " ".join(words[:2]) or "starting"
+HEADLINE_STATES = ("working", "idle", "failed")
 
 
 def title(state: str) -> str:
-    """The main page's title: the agent's state first, for a tab that is not the one looked at."""
-    return f"{headline(state)} · hyperhive"
+    """A page's title: the headline's state first (harness/headline.py: the agent's and its tree's, so a
+    sub-agent at work is `working`), for a tab that is not the one looked at."""
+    return f"{state if state in HEADLINE_STATES else 'starting'} · hyperhive"
+
+
+def headline(doc: Mapping[str, Any]) -> str:
+    """The headline (`status`'s `headline`): its state as a badge, who works on which turn for how long,
+    each turn and sub-agent a link. In the bar of every page; the main page's stream redraws it, and the
+    tab's title follows its `data-title` (web/static/live.js)."""
+    state = str(doc.get("state"))
+    state = state if state in HEADLINE_STATES else "starting"
+    text = str(doc.get("text") or state)
+    said = text.partition(": ")[2] if text.startswith(f"{state}: ") else "" if text == state else text
+    return (
+        f'<p id="panel-headline" class="headline" data-title="{esc(title(state))}">'
+        f'<span class="badge {state}">{state}</span>{" " + linked(said) if said else ""}</p>'
+    )
 
 
 # -- status ------------------------------------------------------------------------------------------------
@@ -121,23 +135,35 @@ def status(doc: Mapping[str, Any], turn: int | None) -> str:
     ]
     dl = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in facts)
     cancel = form("/cancel-turn", f"Cancel turn {turn}", {"turn": turn}, cls="danger") if turn is not None else ""
-    # The page's title follows the agent's state (web/static/live.js reads it from here on every change).
-    data = f' data-title="{esc(title(str(doc.get("state"))))}"'
-    return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}', data=data)
+    return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}')
 
 
 # -- the wake queue ----------------------------------------------------------------------------------------
 
 
-def queue(waiting: list[WakeRow], reminders: list[WakeRow], counts: QueueCounts) -> str:
+def wake_items(waiting: list[WakeRow], carried: Mapping[int, int]) -> list[str]:
+    """Wakes not delivered yet: one the turn in flight carries (`carried`: wake → turn) is `in turn N`, not
+    waiting; one an earlier turn tried and did not answer says how often it was tried."""
     now = time.time()
-    rows = [
+
+    def where(w: WakeRow) -> str:
+        turn = carried.get(w.id)
+        if turn is not None:
+            return f" · in {turn_link(turn)}"
+        return f" · tried {w.attempts} time(s)" if w.attempts else ""
+
+    return [
         f'<li><span class="who">wake {w.id} from {esc(w.source)}</span> <span class="at">{clock(w.created_at)}</span>'
-        f"{' · tried ' + str(w.attempts) + ' time(s)' if w.attempts else ''}"
-        f'<div class="body">{esc(shorten(w.body, BODY_CHARS))}</div></li>'
+        f'{where(w)}<div class="body">{esc(shorten(w.body, BODY_CHARS))}</div></li>'
         for w in waiting
         if w.not_before <= now
     ]
+
+
+def queue(
+    waiting: list[WakeRow], reminders: list[WakeRow], counts: QueueCounts, carried: Mapping[int, int] | None = None
+) -> str:
+    rows = wake_items(waiting, carried or {})
     more = counts.waiting - len(rows)
     if more > 0:
         rows.append(f'<li class="more">and {more} more</li>')
@@ -163,7 +189,7 @@ def tasks(running: list[TaskView], ended: list[TaskView]) -> str:
         end = ""
         if not live:
             end = f" · exit {r.exit_code}" if r.exit_code is not None else f" · signal {r.signal}" if r.signal else ""
-        owner = f" · {who(r.agent)}" if r.agent else ""
+        owner = f" · {who_link(r.agent)}" if r.agent else ""
         kill = form("/tasks/kill", "kill", {"id": r.id}, cls="danger", name=f"Kill task {r.id}") if live else ""
         out = last_lines(v.stdout.text, TAIL_LINES) if live else last_lines(v.stdout.text, 3)
         err = last_lines(v.stderr.text, TAIL_LINES // 2) if live else ""
@@ -188,7 +214,8 @@ def tasks(running: list[TaskView], ended: list[TaskView]) -> str:
 
 @dataclass
 class Node:
-    """An agent of the tree: its own figures and, once summed, its subtree's."""
+    """An agent of the tree: its own figures and, once summed, its subtree's. `busy_ms` counts the turn in
+    flight's time so far (`turn`), not only the turns that ended."""
 
     id: int
     state: str
@@ -201,36 +228,45 @@ class Node:
     turn: int | None = None
     children: list[Node] = field(default_factory=list)
 
-    def subtree(self) -> tuple[int, int, int, float | None]:
-        """Turns, time (ms), context in use (tokens) and cost of this agent and everything below it."""
-        turns, busy, used, usd = self.turns, self.busy_ms, self.context_used or 0, self.cost_usd
+    def subtree(self) -> tuple[int, int, float | None]:
+        """Turns, time (ms) and cost of this agent and everything below it (not their contexts: each agent's
+        window is its own, and a sum of them is no window's)."""
+        turns, busy, usd = self.turns, self.busy_ms, self.cost_usd
         for child in self.children:
-            t, b, u, c = child.subtree()
-            turns, busy, used = turns + t, busy + b, used + u
+            t, b, c = child.subtree()
+            turns, busy = turns + t, busy + b
             usd = c if usd is None else usd if c is None else usd + c
-        return turns, busy, used, usd
+        return turns, busy, usd
 
 
-def tree(root: Node, rows: Iterable[SubagentRow], current: Mapping[int, int | None]) -> Node:
-    """The agent and its sub-agents as a tree (a row whose parent is not among them hangs at the root)."""
+def tree(
+    root: Node, rows: Iterable[SubagentRow], current: Mapping[int, int | None], in_flight_ms: Mapping[int, int]
+) -> Node:
+    """The agent and its sub-agents as a tree (a row whose parent is not among them hangs at the root);
+    `in_flight_ms` is the time so far of each sub-agent's turn in flight."""
     nodes = {0: root}
     for r in sorted(rows, key=lambda r: r.id):
-        figures = (r.turns, r.busy_ms, r.context_used, r.context_size, r.cost_usd)
+        busy = r.busy_ms + in_flight_ms.get(r.id, 0)
+        figures = (r.turns, busy, r.context_used, r.context_size, r.cost_usd)
         nodes[r.id] = Node(r.id, r.state, *figures, row=r, turn=current.get(r.id))
     for r in sorted(rows, key=lambda r: r.id):
         nodes.get(r.parent, root).children.append(nodes[r.id])
     return root
 
 
+def figures(turns: int, busy_ms: int, usd: float | None) -> str:
+    """A count of turns (each agent's own: not a turn's id, which every agent's turns share) and time, cost."""
+    return f"{turns} turn{'' if turns == 1 else 's'} · {secs(busy_ms)} at work · cost {cost(usd)}"
+
+
 def subagents(root: Node) -> str:
     def one(n: Node) -> str:
-        turns, busy, used, usd = n.subtree()
-        ctx = context(n.context_used, n.context_size)
-        own = f"turns {n.turns} · {secs(n.busy_ms)} · context {ctx} · {cost(n.cost_usd)}"
-        sub = f"subtree: turns {turns} · {secs(busy)} · context {used or '-'} · {cost(usd)}" if n.children else ""
+        turns, busy, usd = n.subtree()
+        own = f"{figures(n.turns, n.busy_ms, n.cost_usd)} · context {context(n.context_used, n.context_size)}"
+        sub = f"with its sub-agents: {figures(turns, busy, usd)}" if n.children else ""
         r = n.row
         profile = f" · profile {esc(r.profile)}" if r is not None else ""
-        doing = f" · turn {n.turn}" if n.turn is not None else ""
+        doing = f" · in {turn_link(n.turn)}" if n.turn is not None else ""
         live = r is not None and not r.final
         named = f"Cancel sub-agent {n.id}"
         cancel = form("/subagents/cancel", "cancel", {"id": n.id}, cls="danger", name=named) if live else ""
@@ -239,12 +275,13 @@ def subagents(root: Node) -> str:
         below = f'<div class="stats">{esc(sub)}</div>' if sub else ""
         kids = f'<ul class="tree">{"".join(one(c) for c in n.children)}</ul>' if n.children else ""
         return (
-            f'<li class="node" id="agent-{n.id}"><div><span class="who">{who(n.id)}</span> '
+            f'<li class="node" id="agent-{n.id}"><div><span class="who">{who_link(n.id)}</span> '
             f"{badge(n.state)}{profile}{doing}{cancel}</div>"
             f'<div class="stats">{esc(own)}</div>{below}{task}{error}{kids}</li>'
         )
 
-    return panel("subagents", "Agents", f'<ul class="tree root">{one(root)}</ul>')
+    hint = "<p class=\"hint\">Turn numbers are shared by every agent's turns; an agent's count is its own.</p>"
+    return panel("subagents", "Agents", f'<ul class="tree root">{one(root)}</ul>{hint}')
 
 
 # -- outbox and turns --------------------------------------------------------------------------------------
@@ -253,7 +290,7 @@ def subagents(root: Node) -> str:
 def outbox_items(rows: list[OutboxRow]) -> str:
     items = [
         f'<li><span class="who">#{r.id} from {esc(r.source)}</span> <span class="at">{when(r.created_at)}</span>'
-        f"{f' · turn {r.turn_id}' if r.turn_id is not None else ''}"
+        f"{f' · {turn_link(r.turn_id)}' if r.turn_id is not None else ''}"
         f'<div class="reply">{bounded(r.body, REPLY_CHARS)}</div></li>'
         for r in rows
     ]
@@ -265,18 +302,27 @@ def outbox(rows: list[OutboxRow]) -> str:
     return panel("outbox", "Outbox", outbox_items(rows) + more)
 
 
+def said(t: TurnRow) -> str:
+    """What a turn said, in a list: its first `SAID_CHARS` characters, and a link to its page for the rest."""
+    text = t.error or t.result or ""
+    if len(text) <= SAID_CHARS:
+        return esc(text)
+    more = f'<a href="/turns/{t.id}" aria-label="all that turn {t.id} said">the whole</a>'
+    return f"{esc(shorten(text, SAID_CHARS))} {more}"
+
+
 def turn_rows(rows: list[TurnRow]) -> str:
     """The turns as a table; on a narrow screen each row is a card (style.css), its cells labelled by the
     `data-label` of those whose figure alone would not say what it is."""
     columns = ("turn", "started", "outcome", "stop reason", "took", "context", "cost", "wakes", "said")
     head = "<tr>" + "".join(f'<th scope="col">{c}</th>' for c in columns) + "</tr>"
     body = "".join(
-        f'<tr class="{esc(t.outcome)}"><td data-label="turn">{t.id}</td><td>{when(t.started_at)}</td>'
-        f'<td class="outcome">{esc(t.outcome)}</td>'
+        f'<tr class="{esc(t.outcome)}"><td data-label="turn">{turn_link(t.id, str(t.id))}</td>'
+        f'<td>{when(t.started_at)}</td><td class="outcome">{esc(t.outcome)}</td>'
         f"<td>{esc(t.stop_reason or '-')}</td><td>{secs(t.duration_ms)}</td>"
         f'<td data-label="context">{context(t.context_used, t.context_size)}</td>'
         f'<td>{cost(t.cost_usd)}</td><td data-label="wakes">{esc(", ".join(str(w) for w in t.wakes))}</td>'
-        f'<td class="said">{esc(shorten(t.error or t.result or "", 200))}</td></tr>'
+        f'<td class="said">{said(t)}</td></tr>'
         for t in rows
     )
     return f'<table class="turns"><thead>{head}</thead><tbody>{body}</tbody></table>'

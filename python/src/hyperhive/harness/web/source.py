@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,19 @@ class Parts:
                 found[turn] = sid
         return found
 
+    def turn_began(self, agent: int) -> float | None:
+        """When `agent`'s turn in flight began (epoch seconds), or None: it is in none."""
+        if agent == 0:
+            return self.loop.turn_started if self.loop.current_turn is not None else None
+        running = self.subagents.running.get(agent)
+        loop = None if running is None else running.loop
+        return loop.turn_started if loop is not None and loop.current_turn is not None else None
+
+    def in_flight_ms(self, agent: int) -> int:
+        """The time so far of `agent`'s turn in flight (0: none), which its row counts only once it ends."""
+        began = self.turn_began(agent)
+        return 0 if began is None else max(0, int((time.time() - began) * 1000))
+
 
 def after_id(feed: LiveFeed, seq: int) -> str:
     """An event's id as the stream sends it (`Last-Event-ID`): the feed's epoch and its number."""
@@ -82,6 +96,7 @@ class Panels:
         self._drawn: dict[str, tuple[int, float, str]] = {}  # name → (feed seq before the drawing, when, html)
         self._locks = {name: anyio.Lock() for name in panels.NAMES}
         self.tasks_running = False  # as the last drawing of the tasks saw: pages then look again each second
+        self.headline_state = "starting"  # as the last drawing of the headline saw: a page's title says it
 
     async def get(self, name: str, *, after: int = 0, max_age: float | None = None) -> str:
         """Panel `name` drawn after event `after` (and within `max_age` seconds, when given)."""
@@ -110,12 +125,18 @@ class Panels:
         log.warning("the web view could not read its %s panel: %s", name, problem)
         return panels.panel(name, name, f'<p class="why">cannot read it now: {esc(problem)}</p>')
 
+    async def _headline(self) -> str:
+        doc = (await self.parts.status()).get("headline") or {}
+        self.headline_state = str(doc.get("state"))
+        return panels.headline(doc)
+
     async def _status(self) -> str:
         return panels.status(await self.parts.status(), self.parts.loop.current_turn)
 
     async def _queue(self) -> str:
         inbox = self.parts.inbox
-        return panels.queue(await inbox.waiting_wakes(limit=WAKES_SHOWN), await inbox.reminders(), await inbox.counts())
+        waiting = await inbox.waiting_wakes(limit=WAKES_SHOWN)
+        return panels.queue(waiting, await inbox.reminders(), await inbox.counts(), await carried(inbox))
 
     async def _tasks(self) -> str:
         engine = self.parts.engine
@@ -132,9 +153,13 @@ class Panels:
         shown = [r for r in rows if not r.final] + ended
         turns, busy, usd = await parts.inbox.totals()
         used, size = parts.loop.last_usage
-        root = panels.Node(0, parts.loop.state, turns, busy, used, size, usd)  # its state names its turn
+        # Its state names its turn; its turn in flight is counted among its turns (a row from its start) and
+        # its time so far added to theirs.
+        root = panels.Node(0, parts.loop.state, turns, busy + parts.in_flight_ms(0), used, size, usd)
+        root.turn = parts.loop.current_turn
         current = {r.id: parts.subagents.current_turn(r.id) for r in shown}
-        return panels.subagents(panels.tree(root, shown, current))
+        flight = {r.id: parts.in_flight_ms(r.id) for r in shown if current[r.id] is not None}
+        return panels.subagents(panels.tree(root, shown, current, flight))
 
     async def _outbox(self) -> str:
         return panels.outbox(await self.parts.inbox.outbox_before(None, OUTBOX_SHOWN))
@@ -143,8 +168,20 @@ class Panels:
         return panels.turns(await self.parts.inbox.turns_before(None, TURNS_SHOWN))
 
 
-# Which panels an event of the feed may change (its kind, and whether it is a sub-agent's).
+async def carried(inbox: Inbox) -> dict[int, int]:
+    """The wakes the inbox's agent's turn in flight carries: wake → turn (none between turns)."""
+    last = await inbox.turns_before(None, 1)
+    return dict.fromkeys(last[0].wakes, last[0].id) if last and last[0].outcome == "running" else {}
+
+
+# Which panels an event of the feed may change (its kind, and whether it is a sub-agent's); the headline
+# with the agent's status or the tree, whose states it sums up.
 def touched(event: dict[str, Any]) -> set[str]:
+    found = _touched(event)
+    return found | {"headline"} if found & {"status", "subagents"} else found
+
+
+def _touched(event: dict[str, Any]) -> set[str]:
     kind = event.get("event")
     sub = bool(event.get("agent"))
     if kind in ("turn_start", "turn_end"):

@@ -46,7 +46,7 @@ MAX_STREAMS = 32
 OPS_KEPT = 512
 OPS_BYTES = 4 << 20
 # The order a batch's panels are drawn and sent in: one read each first, the status (several reads) last.
-DRAWN_FIRST = ("queue", "outbox", "tasks", "subagents", "turns", "status")
+DRAWN_FIRST = ("queue", "outbox", "tasks", "subagents", "turns", "status", "headline")
 
 
 def parse_after(value: str | None, epoch: str) -> int | None:
@@ -184,9 +184,11 @@ class Streams:
         return dropped
 
     async def _tick(self, page: _Page) -> bytes:
-        """The tasks' panel looked at again (no event tells of their output), and the agent's status (how many
-        run); what changed, or a comment, which keeps the stream alive."""
-        drawn = [(name, await self.panels.get(name, max_age=TICK / 2)) for name in ("tasks", "status")]
+        """The tasks' panel looked at again (no event tells of their output), the agent's status (how many
+        run) and the headline (how long each turn has run); what changed, or a comment, which keeps the stream
+        alive."""
+        ticked = ("tasks", "status", "headline")
+        drawn = [(name, await self.panels.get(name, max_age=TICK / 2)) for name in ticked]
         return page.panels(drawn) or b": \n\n"
 
 

@@ -1,4 +1,5 @@
-// The main page's script (the page works without it: every form posts and comes back to the page).
+// The pages' script (each works without it: every form posts and comes back to the page). The main page
+// follows the live stream; a page of one turn or sub-agent only posts its forms in place.
 //
 // The live stream (harness/web/stream.py): every message is a list of changes to the page, each an element's
 // HTML as the server drew it (every text in it escaped there). The browser resumes a lost stream by itself,
@@ -7,7 +8,8 @@
 // The forms: posted with fetch, so that the page stays as it was (open details, the scroll); the answer is
 // the page the form's redirect leads to, whose note is shown for a while and whose panels replace the
 // page's when they are newer than what the stream has shown. The send box sends on Ctrl+Enter (⌘+Enter).
-// Turn ends and new replies are said in the page's polite live region; the tab's title says the state.
+// Turn ends and new replies are said in the page's polite live region; the tab's title says the headline's
+// state (the agent's and its tree's), as the bar's headline says it.
 "use strict";
 (() => {
   const NOTE_MS = 8000; // how long a form's note stays
@@ -15,7 +17,6 @@
   const live = document.getElementById("live");
   const pill = document.getElementById("stream");
   const region = document.getElementById("announce");
-  if (!live) return;
   document.documentElement.classList.add("js");
 
   // -- what a screen reader is told, and the title -----------------------------------------------------
@@ -27,8 +28,8 @@
     while (region.children.length > SAID_KEPT) region.firstElementChild.remove();
   };
   const retitle = () => {
-    const status = document.getElementById("panel-status");
-    if (status && status.dataset.title) document.title = status.dataset.title;
+    const headline = document.getElementById("panel-headline");
+    if (live && headline && headline.dataset.title) document.title = headline.dataset.title;
   };
   const newestReply = () => {
     const item = document.querySelector("#panel-outbox .list > li");
@@ -60,13 +61,14 @@
     const [epoch, seq] = String(id || "").split("-");
     return { epoch, seq: Number(seq) };
   };
-  let seen = parse(new URLSearchParams(live.dataset.events.split("?")[1]).get("after"));
+  const drawnAfter = (page) => parse(new URLSearchParams(page?.dataset.events?.split("?")[1]).get("after"));
+  let seen = drawnAfter(live);
   const say = (text, state) => {
     pill.textContent = text;
     pill.className = state;
   };
   let source = null;
-  if (window.EventSource) {
+  if (live && window.EventSource) {
     say("connecting…", "off");
     source = new EventSource(live.dataset.events);
     source.onopen = () => say("live", "on");
@@ -106,19 +108,19 @@
   const adopt = (fresh, form) => {
     const note = fresh.getElementById("note");
     if (note) showNote(note.textContent, false);
-    if (form.getAttribute("action") === "/send") {
-      form.reset();
+    if (form.querySelector("textarea")) {
+      form.reset(); // a message went: the box is ready for the next
       const id = fresh.querySelector("#send input[name=request_id]");
-      if (id) form.elements.request_id.value = id.value; // the next message is another one
+      if (id && form.elements.request_id) form.elements.request_id.value = id.value; // the next one is another
     }
-    const drawn = parse(new URLSearchParams(fresh.getElementById("live")?.dataset.events.split("?")[1]).get("after"));
+    const drawn = drawnAfter(fresh.getElementById("live"));
     const following = source && source.readyState === EventSource.OPEN;
     if (following && drawn.epoch === seen.epoch && drawn.seq <= seen.seq) return; // the stream is ahead
-    for (const panel of fresh.querySelectorAll("section.panel[id^=panel-]")) {
+    for (const panel of fresh.querySelectorAll("section.panel[id^=panel-], #panel-headline")) {
       const element = document.getElementById(panel.id);
       if (element) element.outerHTML = panel.outerHTML;
     }
-    if (!following) {
+    if (live && !following) {
       const turns = fresh.getElementById("live-turns");
       if (turns) document.getElementById("live-turns").outerHTML = turns.outerHTML;
     }
@@ -151,11 +153,12 @@
       if (!document.contains(button)) document.getElementById("note")?.focus({ preventScroll: true });
     }
   });
-  const box = document.getElementById("send-body");
-  box?.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-      event.preventDefault();
-      box.form.requestSubmit();
-    }
-  });
+  for (const box of document.querySelectorAll("form textarea")) {
+    box.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        box.form.requestSubmit();
+      }
+    });
+  }
 })();
