@@ -48,11 +48,12 @@ class FakeRuntime:
         self.compacted = 0
         self.archived = 0
         self.released = 0
+        self.holds_agent = False  # as an ACP agent's process, kept from a turn until released
         self.can_compact = True
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
         self.prompts.append(prompt)
-        self.in_turn = True
+        self.in_turn = self.holds_agent = True
         self.started.set()
         try:
             if self.hang:
@@ -77,7 +78,8 @@ class FakeRuntime:
 
     async def release(self) -> bool:
         self.released += 1
-        return True
+        held, self.holds_agent = self.holds_agent, False
+        return held
 
     def interrupt(self) -> bool:
         if not self.in_turn:

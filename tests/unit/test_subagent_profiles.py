@@ -73,20 +73,25 @@ def test_config_reads_profiles_and_limits_and_names_bad_ones(tmp_path: Path) -> 
         "HIVE_SUBAGENT_MAX_CONCURRENT": "2",
         "HIVE_SUBAGENT_BUDGET": "90",
         "HIVE_SUBAGENT_IDLE_RELEASE": "30",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "0",
     }
     config = load_config({**env, "HIVE_WORKDIR": str(tmp_path)})
     assert set(config.subagents) == {"fast"}
-    assert config.subagent_limits == SubagentLimits(max_concurrent=2, max_depth=2, budget=90.0, idle_release=30.0)
+    expected = SubagentLimits(max_concurrent=2, max_depth=2, budget=90.0, idle_release=30.0, idle_agents=0)
+    assert config.subagent_limits == expected
+    assert load_config({"HIVE_WORKDIR": str(tmp_path)}).subagent_limits.idle_agents == 4
     bad = {
         "HIVE_SUBAGENTS": str(tmp_path / "missing.json"),
         "HIVE_SUBAGENT_MAX_DEPTH": "-1",
         "HIVE_SUBAGENT_IDLE_RELEASE": "0",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "-1",
     }
     with pytest.raises(ConfigError) as err:
         load_config({**bad, "HIVE_WORKDIR": str(tmp_path)})
     assert "HIVE_SUBAGENTS" in err.value.message and "missing.json" in err.value.message
     assert "HIVE_SUBAGENT_MAX_DEPTH" in err.value.message
     assert "HIVE_SUBAGENT_IDLE_RELEASE: must be a positive number of seconds, got '0'" in err.value.message
+    assert "HIVE_SUBAGENT_IDLE_AGENTS: expected a whole number of at least 0, got '-1'" in err.value.message
 
 
 def test_a_sub_agents_runtime_has_its_own_session_key_claude_file_and_bash_identity(tmp_path: Path) -> None:

@@ -358,6 +358,69 @@ async def test_a_sub_agent_in_a_turn_keeps_its_agent_however_long_the_turn(tmp_p
         assert runtime.in_turn and runtime.released == 0
 
 
+# -- a bound on the agent processes kept out of a turn (issue 24) -------------------------------------------
+
+
+async def test_beyond_the_idle_agents_bound_the_longest_out_of_a_turn_let_theirs_go(tmp_path: Path) -> None:
+    # Idle sub-agents were not limited in number, each keeping its agent process for HIVE_SUBAGENT_IDLE_RELEASE:
+    # 300 starts in 40 s left 301 agent processes.
+    limits = SubagentLimits(idle_agents=2, idle_release=600)
+    async with hive(tmp_path, answer("done"), limits=limits) as (subagents, _, runtimes):
+        first, _ = await subagents.start(0, "one", wait=5)
+        second, _ = await subagents.start(0, "two", wait=5)
+        await subagents.message(0, first.id, "again")  # now out of a turn for less time than the second
+
+        async def turns(sid: int, n: int) -> bool:
+            return (await subagents.status(0, sid)).turns == n
+
+        await until(lambda: turns(first.id, 2))
+        third, _ = await subagents.start(0, "three", wait=5)
+
+        await until(lambda: _holding(runtimes, [first.id, third.id]))  # the second, longest out of a turn, let go
+        fourth, _ = await subagents.start(0, "four", wait=5)
+        await until(lambda: _holding(runtimes, [third.id, fourth.id]))
+        await anyio.sleep(0.2)  # and no more than that
+        released = [runtimes[sid].released for sid in (first.id, second.id, third.id, fourth.id)]
+        assert released == [1, 1, 0, 0]
+        await subagents.message(0, second.id, "and you")  # a released one runs its next turn as before
+        await until(lambda: turns(second.id, 2))
+        await until(lambda: _holding(runtimes, [second.id, fourth.id]))
+
+
+async def _holding(runtimes: dict[int, FakeRuntime], expected: list[int]) -> bool:
+    return [sid for sid, r in sorted(runtimes.items()) if r.holds_agent] == expected
+
+
+async def test_a_sub_agent_in_a_turn_is_not_counted_nor_released_by_the_idle_agents_bound(tmp_path: Path) -> None:
+    async with hive(tmp_path, answer("done"), limits=SubagentLimits(idle_agents=1)) as (subagents, _, runtimes):
+        busy, _ = await subagents.start(0, "one", wait=5)
+        runtimes[busy.id].hang = True
+        await subagents.message(0, busy.id, "a long one")
+        with anyio.fail_after(5):
+            while not runtimes[busy.id].in_turn:
+                await anyio.sleep(0.01)
+        b, _ = await subagents.start(0, "two", wait=5)
+        c, _ = await subagents.start(0, "three", wait=5)
+        await until(lambda: _holding(runtimes, [busy.id, c.id]))
+        await anyio.sleep(0.2)
+        assert runtimes[busy.id].in_turn and runtimes[busy.id].released == 0 and runtimes[b.id].released == 1
+
+
+async def test_with_no_idle_agents_each_lets_its_agent_go_when_its_turn_ends(tmp_path: Path) -> None:
+    async with hive(tmp_path, answer("done"), limits=SubagentLimits(idle_agents=0)) as (subagents, _, runtimes):
+        row, inline = await subagents.start(0, "work", wait=5)
+        assert inline is not None and inline.answer == "done"
+        runtime = runtimes[row.id]
+        await until(lambda: _holding(runtimes, []))
+        await subagents.message(0, row.id, "more")
+
+        async def second() -> bool:
+            return (await subagents.status(0, row.id)).turns == 2 and not runtime.holds_agent
+
+        await until(second)
+        assert runtime.released == 2 and len(runtime.prompts) == 2
+
+
 # -- a sub-agent's answer is its final word (issue 23) -----------------------------------------------------
 
 

@@ -296,6 +296,7 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         max_depth=r.count("HIVE_SUBAGENT_MAX_DEPTH", defaults.max_depth, least=0),
         budget=r.seconds("HIVE_SUBAGENT_BUDGET", defaults.budget),
         idle_release=r.seconds("HIVE_SUBAGENT_IDLE_RELEASE", defaults.idle_release),
+        idle_agents=r.count("HIVE_SUBAGENT_IDLE_AGENTS", defaults.idle_agents, least=0),
     )
 
     web_port = r.port("HIVE_WEB_PORT")

@@ -29,18 +29,21 @@ DEFAULT_MAX_CONCURRENT = 4
 DEFAULT_MAX_DEPTH = 2
 DEFAULT_BUDGET = 3600.0
 DEFAULT_IDLE_RELEASE = 120.0
+DEFAULT_IDLE_AGENTS = 4
 MAX_FILE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class SubagentLimits:
     """Sub-agents working at once per parent; how deep they may nest (the service's agent is depth 0); the
-    turn time a sub-agent may spend when its profile sets no budget; how long an idle one keeps its agent."""
+    turn time a sub-agent may spend when its profile sets no budget; how long an idle one keeps its agent; how
+    many out of a turn may keep theirs at once (beyond that, those out of a turn longest let theirs go)."""
 
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     max_depth: int = DEFAULT_MAX_DEPTH
     budget: float = DEFAULT_BUDGET
     idle_release: float = DEFAULT_IDLE_RELEASE
+    idle_agents: int = DEFAULT_IDLE_AGENTS
 
 
 @dataclass(frozen=True)

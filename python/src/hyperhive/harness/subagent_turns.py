@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -117,12 +117,14 @@ class Reporter:
 
 
 class Budgeted:
-    """The sub-agent's runtime with its time budget enforced: the turn is interrupted when it runs out."""
+    """The sub-agent's runtime with its time budget enforced: the turn is interrupted when it runs out.
+    `out_of_turn` is called as each turn ends (harness/subagents.py bounds the agents kept out of a turn)."""
 
-    def __init__(self, inner: Runtime, running: Running) -> None:
+    def __init__(self, inner: Runtime, running: Running, out_of_turn: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.running = running
         self.name = inner.name
+        self.out_of_turn = out_of_turn
 
     async def run(self, prompt: str, sink: Sink) -> ResultLine:
         left = self.running.budget_left()
@@ -143,6 +145,8 @@ class Budgeted:
             finally:
                 tg.cancel_scope.cancel()
                 self.running.idle_since = anyio.current_time()
+                if self.out_of_turn is not None:
+                    self.out_of_turn()
         if isinstance(outcome, SessionLost):
             self.running.lost = outcome
         if isinstance(outcome, Exception):
@@ -163,6 +167,11 @@ class Budgeted:
 
     def interrupt(self) -> bool:
         return self.inner.interrupt()
+
+    @property
+    def holds_agent(self) -> bool:
+        """An agent process is kept (an ACP agent's, between turns; claude's ends with each turn)."""
+        return isinstance(self.inner, Releasable) and self.inner.holds_agent
 
     async def release(self) -> bool:
         return await self.inner.release() if isinstance(self.inner, Releasable) else False

@@ -11,9 +11,11 @@ A parent waiting inline (`start` with `wait_seconds`) gets the answer there inst
 
 Limits: sub-agents working at once per parent, depth (a sub-agent may start its own only when its profile
 allows and the depth permits), a time budget of turn time per sub-agent, and its runtime's idle watchdog.
-Idle sub-agents are not limited in number, so what they hold is let go: an ACP agent's process, kept
+Idle sub-agents are not limited in number, but what they hold is: an ACP agent's process, kept
 between turns, is stopped once its sub-agent has been idle `HIVE_SUBAGENT_IDLE_RELEASE` seconds (the next
-message starts it again, resuming its session; `interrupted` if it cannot).
+message starts it again, resuming its session; `interrupted` if it cannot), and at most
+`HIVE_SUBAGENT_IDLE_AGENTS` sub-agents out of a turn keep one: as each turn ends, those out of a turn longest
+let theirs go first, down to the bound.
 
 A restart takes up every sub-agent that has not ended: the cut turn's wakes are carried again in its
 resumed session (session/load, claude's resume); an ACP agent that cannot resume it ends the sub-agent
@@ -88,6 +90,7 @@ class Subagents:
         self.limits = config.subagent_limits
         self.running: dict[int, Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        self._bounding = anyio.Lock()  # one pass of `_release_beyond_bound` at a time
 
     # -- the service's side --------------------------------------------------------------------------
 
@@ -307,7 +310,7 @@ class Subagents:
         inner = self.runtimes(config, self.sessions)
         if restarted and hasattr(inner, "must_resume"):
             inner.must_resume = True
-        running.runtime = Budgeted(inner, running)
+        running.runtime = Budgeted(inner, running, self._out_of_turn)
         running.loop = TurnLoop(
             running.runtime,
             self.inbox.listen(row.id),
@@ -339,6 +342,33 @@ class Subagents:
                     running.id,
                     after,
                 )
+
+    def _out_of_turn(self) -> None:
+        """A sub-agent's turn ended: the agents kept out of a turn are bounded again (in the service's tasks)."""
+        if self._tg is not None:
+            self._tg.start_soon(self._release_beyond_bound)
+
+    async def _release_beyond_bound(self) -> None:
+        """While more sub-agents out of a turn keep an agent process than `HIVE_SUBAGENT_IDLE_AGENTS`, those out
+        of a turn longest let theirs go (300 idle sub-agents kept 300 agents of hundreds of MiB each). One that
+        cannot (its agent cannot load sessions) keeps its agent and still counts. A release racing the idle
+        timer's, or a new turn's start, is harmless: a second release stops nothing, and a turn waits for it."""
+        async with self._bounding:
+            holding = sorted(filter(_out_holding, list(self.running.values())), key=_idle_since)
+            over = len(holding) - self.limits.idle_agents
+            for running in holding:
+                if over <= 0:
+                    break
+                assert running.runtime is not None
+                if running.idle_since is not None and await running.runtime.release():
+                    log.info(
+                        "sub-agent %d: its agent process is stopped until its next turn (more than %d out of a "
+                        "turn kept one: HIVE_SUBAGENT_IDLE_AGENTS)",
+                        running.id,
+                        self.limits.idle_agents,
+                    )
+                if not _out_holding(running):  # let go, or in a turn again meanwhile: no longer counted
+                    over -= 1
 
     async def _drive(self, running: Running) -> None:
         assert running.loop is not None and running.runtime is not None
@@ -378,6 +408,15 @@ class Subagents:
 async def _held_written(running: Running) -> None:
     while running.deciding is not None and not running.done.is_set():
         await running.reported.wait()
+
+
+def _out_holding(running: Running) -> bool:
+    """Out of a turn, keeping an agent process."""
+    return running.idle_since is not None and running.runtime is not None and running.runtime.holds_agent
+
+
+def _idle_since(running: Running) -> float:
+    return running.idle_since if running.idle_since is not None else math.inf
 
 
 def _who(agent: int) -> str:

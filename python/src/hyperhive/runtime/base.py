@@ -54,6 +54,11 @@ class Runtime(Protocol):
 class Releasable(Protocol):
     """A runtime that keeps an agent process between turns and can let it go while idle."""
 
+    @property
+    def holds_agent(self) -> bool:
+        """Whether an agent process is kept now (out of a turn: what `release` would stop, if it can)."""
+        ...
+
     async def release(self) -> bool:
         """Stop the agent process kept between turns; the next turn starts it again and resumes the session.
         False when nothing was stopped (no process, or one whose session could not be resumed)."""

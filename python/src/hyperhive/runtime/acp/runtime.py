@@ -152,6 +152,11 @@ class AcpRuntime:
         control.cancel()
         return True
 
+    @property
+    def holds_agent(self) -> bool:
+        """An agent process is kept (started by a turn, not released or closed since)."""
+        return self._link is not None and not self._closed
+
     async def release(self) -> bool:
         """Stop the agent between turns (an idle sub-agent's: harness/subagents.py); the next turn starts it
         again and loads the session. Kept when the agent cannot load sessions: its conversation would be lost.
