@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,18 @@ from mcp.types import TextContent
 
 from hyperhive.harness.agent_tokens import AgentTokens
 from tests.faults.conftest import Record
-from tests.process.test_subagents import call, git, git_repo, outbox, profiles, rows, serving, subagent, wait_for
+from tests.process.test_subagents import (
+    agent_processes,
+    call,
+    git,
+    git_repo,
+    outbox,
+    profiles,
+    rows,
+    serving,
+    subagent,
+    wait_for,
+)
 
 
 async def _try(svc: Any, tool: str, agent: int = 0, **arguments: Any) -> tuple[str, bool]:
@@ -172,11 +184,52 @@ async def test_a_repositorys_hooks_do_not_run_when_a_worktree_is_made(tmp_path: 
         assert (checkout / "README").exists()
         await wait_for(svc, "the service idle", lambda: svc.status()["state"] == "idle")
         assert outbox(svc) == [] and not marker.exists(), "the hook did not run"
-    hooks = subprocess.run(["git", "-C", str(work), "config", "--get", "core.hooksPath"], capture_output=True)
+    hooks = await anyio.run_process(["git", "-C", str(work), "config", "--get", "core.hooksPath"], check=False)
     record(
         "the parent repository has a post-checkout hook when a worktree sub-agent's worktree is made",
         "the worktree is made and the sub-agent answers; the hook does not run (it would run in the service, "
         "outside any task's cgroup)",
         f"hook ran: {marker.exists()}; the repository's own settings untouched (core.hooksPath "
         f"{'unset' if hooks.returncode else 'set'})",
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(240)
+async def test_idle_sub_agents_keep_no_more_agent_processes_than_the_bound(tmp_path: Path, record: Record) -> None:
+    # Idle sub-agents were unlimited in number, each keeping its agent process for HIVE_SUBAGENT_IDLE_RELEASE
+    # (120 s): 300 starts in 40 s left 301 agent processes, hundreds of MiB each with a real agent.
+    with serving(tmp_path, HIVE_SUBAGENT_IDLE_RELEASE="600", HIVE_SUBAGENT_IDLE_AGENTS="3") as svc:
+        began, peak = time.monotonic(), 0
+        for k in range(12):
+            text, _ = await call(svc, "subagent_start", task=f"say ready {k}", wait_seconds=25)
+            assert "answered" in text, text
+            peak = max(peak, len(agent_processes(svc)))
+        took = time.monotonic() - began
+        await wait_for(svc, "the agents beyond the bound stopped", lambda: len(agent_processes(svc)) <= 3, within=30)
+        await anyio.sleep(1.0)  # settled: no more stopped, none started
+        settled = agent_processes(svc)
+        assert len(settled) == 3, settled
+        released = sorted(int(sid) for sid in re.findall(r"sub-agent (\d+): its agent process is stopped", svc.text()))
+        assert released == list(range(1, 10)), released  # those out of a turn longest, each once
+
+        # A released one's next message starts its agent again, which loads its session and answers.
+        _, is_error = await call(svc, "subagent_message", id=1, body="say again")
+        assert not is_error
+        answered = ("Done with the task: say again",)
+        await wait_for(svc, "its answer", lambda: answered in rows(svc, "SELECT body FROM wakes WHERE agent = 0"))
+        [(session,)] = rows(svc, "SELECT DISTINCT session_id FROM turns WHERE agent = 1")  # loaded, not new
+        assert session is not None and subagent(svc, 1)["turns"] == 2
+        await wait_for(svc, "the service idle", lambda: svc.status()["state"] == "idle")
+        await anyio.sleep(1.0)
+        after = agent_processes(svc)
+        assert len(after) <= 4, after  # the bound's 3, and the service's own agent, woken by the answer
+    record(
+        "12 sub-agents (the demo agent) started one after another, each answering inline and left idle, with "
+        "HIVE_SUBAGENT_IDLE_AGENTS=3 and HIVE_SUBAGENT_IDLE_RELEASE=600; then a message to the first",
+        "at most 3 sub-agents out of a turn keep an agent process: as each turn ends, those out of a turn longest "
+        "are stopped first (sub-agents 1 to 9, each once); the first's message starts its agent again, which "
+        "loads its session and answers",
+        f"12 starts in {took:.1f} s; demo agents alive at most {peak} during the starts, {len(settled)} settled, "
+        f"{len(after)} after the message (3 and the service's own); before the fix: 12 settled, each kept 600 s",
     )
