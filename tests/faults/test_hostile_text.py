@@ -130,7 +130,12 @@ NAME = re.compile(r"[A-Za-z0-9._@:/+-]{1,64}")
 HEADER = re.compile(r"--- wake (\d+) from (.+) at (\S+) \[([0-9a-f]+)\] ---")
 PREAMBLE_TAG = re.compile(r"this prompt's tag \[([0-9a-f]+)\]")
 # Every character a reader might take for a line break or a command: none may be left in a prompt.
-CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What visible.py spells out: controls, separators, bidi controls, and what shows nothing (zero-width space,
+# word joiner, BOM, tags).
+CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\u180e\u200b\u2060-\u2064\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
 
 
 @dataclass
