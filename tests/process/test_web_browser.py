@@ -92,7 +92,7 @@ def test_the_demo_story_streams_text_before_the_turn_ends_and_shows_the_task_the
         screenshot(page, "2-sub-agent-working.png", tmp_path)
         page.locator("#panel-outbox .reply", has_text="Sub-agent 1 answered").wait_for(timeout=60_000)
         page.locator("#agent-1 .badge", has_text="idle").wait_for()
-        assert "subtree" in page.locator("#agent-0 > .stats").all_inner_texts()[1]
+        assert "with its sub-agents" in page.locator("#agent-0 > .stats").all_inner_texts()[1]
         screenshot(page, "3-answers-in-the-outbox.png", tmp_path)
         history = context.new_page()
         history.goto(f"{web_url(service)}/turns")

@@ -1,7 +1,9 @@
-"""What the operator sees and does in the web view (issue 23, items 7 to 9), in a real browser: Chromium driven
-by Playwright on the real service with the demo agent. The page fits a phone, names its controls, says
+"""What the operator sees and does in the web view (issue 23, items 2, 3, 7 to 10), in a real browser: Chromium
+driven by Playwright on the real service with the demo agent. The page fits a phone, names its controls, says
 what happens to a screen reader and in the tab's title, sends on Ctrl+Enter, keeps itself as it was
-across an action, and axe-core finds nothing serious on any page."""
+across an action, and axe-core finds nothing serious on any page. Its bar says the headline (who works, on
+which turn, for how long), the wake a turn carries is in that turn, every turn has a page with its whole
+transcript and what woke it, every sub-agent a page from which the operator messages it."""
 
 from __future__ import annotations
 
@@ -50,6 +52,18 @@ def reminder_id(page: Page) -> str:
     return found.group(1)
 
 
+def above_the_fold(page: Page, selector: str) -> None:
+    """The element is wholly within the first screen, with nothing scrolled."""
+    box = page.locator(selector).bounding_box()
+    assert box is not None and box["y"] + box["height"] <= page.viewport_size["height"], box
+    inside(page, selector)
+
+
+def first_turn(page: Page) -> str:
+    """The id of the newest turn in the history, as its link gives it."""
+    return page.locator("#panel-turns tbody tr td a").first.inner_text()
+
+
 def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) -> None:
     with demo_service(tmp_path) as service, browser(PHONE) as context:
         login = context.new_page()
@@ -58,6 +72,8 @@ def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) 
         page = logged_in(context, service)
         fits(page)
         inside(page, "header.top button")  # "log out", once cut off at the right
+        service.cli("send", "delegate: run 1s: echo the sub-agent's long line " + "z" * 120)
+        page.locator("#panel-outbox .reply", has_text="Sub-agent 1 answered").wait_for(timeout=60_000)
         service.cli("send", "remind 3600s: a reminder with a long text " + "x" * 80)
         page.locator("#panel-queue li", has_text="reminder").wait_for()
         service.cli("send", "run: echo a-long-unbroken-line-" + "y" * 120)
@@ -69,11 +85,12 @@ def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) 
         for i in range(rows.count()):
             box = rows.nth(i).bounding_box()
             assert box is not None and box["height"] < 160, f"a history row is {box} on a phone"
-        for path in ("/turns", "/outbox"):
+        for path in ("/turns", "/outbox", f"/turns/{first_turn(page)}", "/subagents/1"):
             other = context.new_page()
             other.goto(f"{web_url(service)}{path}")
             fits(other)
             inside(other, "header.top button")
+            above_the_fold(other, "#panel-headline")
             screenshot(other, f"phone{path.replace('/', '-')}.png", tmp_path)
 
 
@@ -166,6 +183,115 @@ def test_the_tab_title_says_the_agents_state(tmp_path: Path) -> None:
         page.wait_for_function("() => document.title === 'idle · hyperhive'", timeout=60_000)
 
 
+def test_the_header_says_a_sub_agent_works_while_the_agent_is_idle(tmp_path: Path) -> None:
+    """The agent idle while its sub-agent works: the page said idle, and the tree was below the fold."""
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        headline = page.locator("#panel-headline")
+        headline.get_by_text("idle").wait_for()
+        service.cli("send", "delegate: run 20s: sleep 20")
+        headline.get_by_text("sub-agent 1").wait_for(timeout=60_000)
+        page.wait_for_function("() => !/turn \\d+/.test(document.querySelector('#panel-status dd').textContent)")
+        assert service.status()["state"] == "idle"  # the agent's own loop: between turns
+        assert "working" in headline.inner_text() and page.title() == "working · hyperhive"
+        assert re.search(r"sub-agent 1 (in turn \d+ \(\d+ s\)|waits on its task)", headline.inner_text())
+        above_the_fold(page, "#panel-headline")
+        # Live: the seconds of its turn in flight go on without a reload.
+        first = headline.inner_text()
+        page.wait_for_function(f"() => document.querySelector('#panel-headline').innerText !== {first!r}")
+        # A working sub-agent's time counts its turn in flight (it said 0.0 s until its first turn ended).
+        two_secs = "() => / \\(([2-9]|\\d\\d+) s\\)/.test(document.querySelector('#panel-headline').innerText)"
+        page.wait_for_function(two_secs)
+        page.reload()
+        page.wait_for_selector("#stream.on")
+        stats = page.locator("#agent-1 > .stats").first.inner_text()
+        assert stats.startswith("0 turns") and not stats.startswith("0 turns · 0.0 s"), stats
+        screenshot(page, "headline-sub-agent.png", tmp_path)
+        phone = context.new_page()
+        phone.set_viewport_size(PHONE)
+        phone.goto(web_url(service))
+        phone.wait_for_selector("#stream.on")
+        above_the_fold(phone, "#panel-headline")
+        assert "sub-agent 1" in phone.locator("#panel-headline").inner_text()
+        page.get_by_role("button", name="Cancel sub-agent 1", exact=True).click()
+        headline.get_by_text("idle").wait_for()
+        page.wait_for_function("() => document.title === 'idle · hyperhive'")
+
+
+def test_the_wake_the_running_turn_carries_is_shown_in_that_turn_not_as_waiting(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        service.cli("send", "run 30s: sleep 30")
+        item = page.locator("#panel-queue li", has_text="run 30s: sleep 30")
+        item.get_by_role("link", name=re.compile(r"turn \d+")).wait_for()
+        turn = item.get_by_role("link").inner_text()
+        assert f"in {turn}" in item.inner_text() and "tried" not in item.inner_text()
+        assert turn in page.locator("#panel-headline").inner_text()
+        page.locator("#panel-status button", has_text="Cancel turn").click()
+        item.wait_for(state="detached")
+
+
+def test_a_turns_page_has_its_whole_transcript_and_the_operators_message(tmp_path: Path) -> None:
+    long = "a long line the history cuts " + "w" * 300
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        message = f"delegate: run: echo '{long}'"
+        box = page.get_by_label("Message to the agent")
+        box.fill(message)
+        box.press("Control+Enter")
+        wait_for_reply(page, "Sub-agent 1 answered: Task")
+        # Every turn id on the page is a link to its page: the history's, the live turns', the outbox's.
+        page.locator("#panel-turns tbody tr").nth(1).wait_for()
+        for link in (page.locator("#panel-turns tbody tr td a").first, page.locator("article.turn .head a").first):
+            assert re.fullmatch(r"/turns/\d+", str(link.get_attribute("href")))
+        assert page.locator("#panel-outbox a[href^='/turns/']").count() >= 1
+        # The turn the message woke: what it carried (the operator's own words), and every line of it.
+        page.locator("article.turn .head", has_text="from operator").first.get_by_role("link").first.click()
+        page.wait_for_url(re.compile(r"/turns/\d+$"))
+        carried = page.locator("#panel-carried")
+        assert message in carried.inner_text() and "from operator" in carried.inner_text()
+        lines = page.locator("#panel-lines")
+        for line in ("● session", "Delegating it to a sub-agent.", "subagent_start", "✓ end_turn"):
+            assert line in lines.inner_text(), (line, lines.inner_text())
+        screenshot(page, "turn-page.png", tmp_path)
+        # The sub-agent's turn its task's end woke said the whole line; its list cuts it, its page does not.
+        page.goto(f"{web_url(service)}/subagents/1")
+        said = page.locator("#panel-sub-turns tbody tr").first.locator("td.said")
+        assert "w" * 300 not in said.inner_text()
+        said.get_by_role("link").click()
+        page.wait_for_url(re.compile(r"/turns/\d+$"))
+        assert long in page.locator("#panel-said").inner_text()
+        assert "from bash-task-1" in page.locator("#panel-carried").inner_text()
+        assert long in page.locator("#panel-lines").inner_text()
+
+
+def test_a_sub_agents_page_shows_it_and_messages_it_in_place(tmp_path: Path) -> None:
+    with demo_service(tmp_path) as service, browser() as context:
+        page = logged_in(context, service)
+        service.cli("send", "delegate: run 1s: echo first answer")
+        wait_for_reply(page, "Sub-agent 1 answered")
+        page.locator("#agent-1 .badge", has_text="idle").wait_for()
+        page.locator("#agent-1 .who a").click()
+        page.wait_for_url(re.compile(r"/subagents/1$"))
+        assert "run 1s: echo first answer" in page.locator("#panel-sub-task").inner_text()
+        assert "first answer" in page.locator("#panel-sub-answer").inner_text()
+        turns = page.locator("#panel-sub-turns tbody tr td a")
+        assert turns.count() >= 1 and re.fullmatch(r"/turns/\d+", str(turns.first.get_attribute("href")))
+        page.evaluate(MARK)
+        box = page.get_by_label("Message to sub-agent 1")
+        box.fill("run: echo second answer from the page")
+        page.locator("#panel-sub-message button", has_text="Send").click()
+        page.locator(".note", has_text="message sent to sub-agent 1").wait_for()
+        assert page.evaluate("window.__kept") == "still this page"  # posted in place, not reloaded
+        screenshot(page, "sub-agent-page.png", tmp_path)
+        main = context.new_page()
+        main.goto(web_url(service))
+        wait_for_reply(main, "second answer from the page")  # the sub-agent did it, its parent relayed it
+        page.reload()
+        page.locator("#panel-sub-answer", has_text="second answer from the page").wait_for()
+        assert page.locator("#panel-sub-turns tbody tr").count() >= 2
+
+
 def test_panels_are_told_apart_and_a_cancelled_turn_does_not_end_in_the_success_colour(tmp_path: Path) -> None:
     with demo_service(tmp_path) as service, browser() as context:
         page = logged_in(context, service)
@@ -249,7 +375,8 @@ def test_axe_finds_no_serious_violation_on_any_page(tmp_path: Path) -> None:
         page.locator("#panel-tasks .task", has_text="sub-agent 1").wait_for(timeout=60_000)
         page.locator("article.turn .end").first.wait_for()
         results.append(checked(page))
-        for path in ("/turns", "/outbox", "/turns?agent=1"):
+        page.locator("#panel-turns tbody tr").first.wait_for()
+        for path in ("/turns", "/outbox", "/turns?agent=1", f"/turns/{first_turn(page)}", "/subagents/1"):
             other = context.new_page()
             other.goto(f"{web_url(service)}{path}")
             results.append(checked(other))
