@@ -25,7 +25,7 @@
   # Sub-agent profiles by name, each with the agent's runtime settings (runtime, claude.{args,model},
   # acp, idleTimeout) plus budget, worktree and delegate; a claude profile runs claude.command.
   subagents ? { },
-  # maxConcurrent, maxDepth, budget; null (or absent) leaves the harness's default.
+  # maxConcurrent, maxDepth, budget, idleRelease, idleAgents; null (or absent) leaves the harness's default.
   subagentLimits ? { },
   # The web view: enable, port (0 to 65535), origin (null or what a reverse proxy serves it under).
   web ? { },
@@ -52,6 +52,7 @@ let
     length
     mapAttrs
     match
+    removeAttrs
     replaceStrings
     toJSON
     ;
@@ -80,6 +81,7 @@ let
     maxDepth = null;
     budget = null;
     idleRelease = null;
+    idleAgents = null;
   };
   limitsCfg = limitDefaults // subagentLimits;
   webDefaults = {
@@ -224,6 +226,7 @@ let
     "HIVE_SUBAGENT_MAX_DEPTH"
     "HIVE_SUBAGENT_BUDGET"
     "HIVE_SUBAGENT_IDLE_RELEASE"
+    "HIVE_SUBAGENT_IDLE_AGENTS"
     "HIVE_WEB_PORT"
     "HIVE_WEB_ORIGIN"
   ];
@@ -250,6 +253,7 @@ let
     HIVE_SUBAGENT_MAX_DEPTH = "subagentLimits.maxDepth";
     HIVE_SUBAGENT_BUDGET = "subagentLimits.budget";
     HIVE_SUBAGENT_IDLE_RELEASE = "subagentLimits.idleRelease";
+    HIVE_SUBAGENT_IDLE_AGENTS = "subagentLimits.idleAgents";
     HIVE_WEB_PORT = "web.enable and web.port";
     HIVE_WEB_ORIGIN = "web.origin";
   };
@@ -433,7 +437,15 @@ let
   limitProblems =
     unknownFields "subagentLimits" limitDefaults subagentLimits
     ++ map (f: "subagentLimits.${f} must be a positive whole number") (
-      filter (f: !(limitsCfg.${f} == null || positiveInt limitsCfg.${f})) (attrNames limitDefaults)
+      filter (f: !(limitsCfg.${f} == null || positiveInt limitsCfg.${f})) (
+        attrNames (removeAttrs limitDefaults [ "idleAgents" ])
+      )
+    )
+    ++ (
+      if limitsCfg.idleAgents == null || (isInt limitsCfg.idleAgents && limitsCfg.idleAgents >= 0) then
+        [ ]
+      else
+        [ "subagentLimits.idleAgents must be a whole number, 0 or more" ]
     );
 
   # An origin as a browser sends it: http(s), a host (or [IPv6]), an optional port, nothing after.
@@ -615,6 +627,7 @@ let
     // optional (limitsCfg.maxDepth != null) { HIVE_SUBAGENT_MAX_DEPTH = toString limitsCfg.maxDepth; }
     // optional (limitsCfg.budget != null) { HIVE_SUBAGENT_BUDGET = toString limitsCfg.budget; }
     // optional (limitsCfg.idleRelease != null) { HIVE_SUBAGENT_IDLE_RELEASE = toString limitsCfg.idleRelease; }
+    // optional (limitsCfg.idleAgents != null) { HIVE_SUBAGENT_IDLE_AGENTS = toString limitsCfg.idleAgents; }
     // optional (webCfg.enable == true) (
       { HIVE_WEB_PORT = toString webCfg.port; }
       // optional (webCfg.origin != null) { HIVE_WEB_ORIGIN = webCfg.origin; }

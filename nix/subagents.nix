@@ -111,6 +111,17 @@ in
           (`HIVE_SUBAGENT_IDLE_RELEASE`).
         '';
       };
+      idleAgents = mkOption {
+        type = types.ints.unsigned;
+        default = 4;
+        description = ''
+          How many sub-agents out of a turn may keep an agent process (an ACP agent's, kept between
+          turns) at once, whatever their parents (`HIVE_SUBAGENT_IDLE_AGENTS`): as each turn ends, those
+          out of a turn longest have theirs stopped first, down to this many; their next message starts
+          it again, loading their session. `0` stops each as its turn ends. An agent that cannot load
+          sessions is kept, and counts.
+        '';
+      };
     };
   };
 }

@@ -72,6 +72,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
         "HIVE_SUBAGENT_MAX_DEPTH": "2",
         "HIVE_SUBAGENT_BUDGET": "3600",
         "HIVE_SUBAGENT_IDLE_RELEASE": "120",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "4",
         "HOME": "/var/lib/hyperhive",
     }
 
@@ -198,6 +199,7 @@ def test_subagent_profiles_are_the_file_hive_subagents_names() -> None:
         "HIVE_SUBAGENT_MAX_DEPTH": "2",
         "HIVE_SUBAGENT_BUDGET": "3600",
         "HIVE_SUBAGENT_IDLE_RELEASE": "120",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "4",
     }
     assert json.loads(out["subagentsJson"]) == {
         "reviewer": {
@@ -225,10 +227,13 @@ def test_subagent_profiles_are_the_file_hive_subagents_names() -> None:
 
 
 def test_subagent_limits_are_rendered_as_set() -> None:
-    limits = {"maxConcurrent": 1, "maxDepth": 3, "budget": 120, "idleRelease": 30}
+    limits = {"maxConcurrent": 1, "maxDepth": 3, "budget": 120, "idleRelease": 30, "idleAgents": 2}
     env = eval_module({**DEMO, "subagents": {"helper": {}}, "subagentLimits": limits})["unit"]["environment"]
-    names = ["MAX_CONCURRENT", "MAX_DEPTH", "BUDGET", "IDLE_RELEASE"]
-    assert [env[f"HIVE_SUBAGENT_{name}"] for name in names] == ["1", "3", "120", "30"]
+    names = ["MAX_CONCURRENT", "MAX_DEPTH", "BUDGET", "IDLE_RELEASE", "IDLE_AGENTS"]
+    assert [env[f"HIVE_SUBAGENT_{name}"] for name in names] == ["1", "3", "120", "30", "2"]
+    # 0 is a bound too (each agent stopped as its turn ends), not "unset".
+    env = eval_module({**DEMO, "subagentLimits": {"idleAgents": 0}})["unit"]["environment"]
+    assert env["HIVE_SUBAGENT_IDLE_AGENTS"] == "0"
 
 
 def test_without_profiles_the_limits_still_reach_the_harness() -> None:
@@ -239,6 +244,7 @@ def test_without_profiles_the_limits_still_reach_the_harness() -> None:
         "HIVE_SUBAGENT_MAX_DEPTH": "3",
         "HIVE_SUBAGENT_BUDGET": "3600",
         "HIVE_SUBAGENT_IDLE_RELEASE": "120",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "4",
     }
     assert out["subagentsJson"] is None
 
@@ -561,6 +567,10 @@ TYPE_ERRORS = {
     "subagent-limit-budget": (
         {**DEMO, "subagentLimits": {"budget": 1.5}},
         "services.hyperhive.agent.subagentLimits.budget' is not of type `positive integer, meaning >0'",
+    ),
+    "subagent-idle-agents": (
+        {**DEMO, "subagentLimits": {"idleAgents": -1}},
+        "services.hyperhive.agent.subagentLimits.idleAgents' is not of type `unsigned integer, meaning >=0'",
     ),
     "subagent-unknown-option": (
         {**DEMO, "subagents": {"coder": {"acp": {"comand": "/bin/x"}}}},

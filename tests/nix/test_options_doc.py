@@ -64,5 +64,6 @@ def test_options_doc_documents_every_option_the_issue_names() -> None:
         "subagentLimits.maxConcurrent",
         "subagentLimits.maxDepth",
         "subagentLimits.budget",
+        "subagentLimits.idleAgents",
     ):
         assert f"## `services.hyperhive.agent.{name}`" in doc, name

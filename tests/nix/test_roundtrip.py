@@ -196,6 +196,7 @@ def test_subagent_variables_reach_the_harness_through_the_unit_file() -> None:
         "HIVE_SUBAGENT_MAX_DEPTH": "1",
         "HIVE_SUBAGENT_BUDGET": "3600",
         "HIVE_SUBAGENT_IDLE_RELEASE": "120",
+        "HIVE_SUBAGENT_IDLE_AGENTS": "4",
     }
     assert json.loads(Path(env["HIVE_SUBAGENTS"]).read_text(encoding="utf-8"))["coder"]["acp"]["args"] == ["acp"]
 
