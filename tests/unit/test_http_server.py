@@ -16,7 +16,7 @@ import anyio.abc
 import pytest
 
 from hyperhive.harness.http_asgi import Receive, Scope, Send
-from hyperhive.harness.http_limits import DEFAULT_LIMITS, Admit, Limits, Refusal, admit_all
+from hyperhive.harness.http_limits import DEFAULT_LIMITS, Admit, Admitted, Limits, Refusal, admit_all
 from hyperhive.harness.http_server import loopback_listener as listen
 from hyperhive.harness.http_server import serve_http
 
@@ -430,3 +430,77 @@ async def test_a_streaming_app_hears_http_disconnect_once_the_client_is_gone() -
         with anyio.fail_after(5):
             await told.wait()
         tg.cancel_scope.cancel()
+
+
+# -- requests anyone may make, each body's own bound, HEAD (issue 24, items 2, 3 and 11) ----------------------
+
+
+def login_is_public(scope: Scope) -> Refusal | Admitted | None:
+    """`/login` is anyone's, its body bounded at 100 bytes; members (`X-Member: yes`) are the caller's own."""
+    if (b"x-member", b"yes") in scope["headers"]:
+        return None
+    if scope["path"] == "/login":
+        return Admitted(public=True, max_body=100)
+    return Refusal(401, b"members only\n")
+
+
+async def test_requests_anyone_may_make_hold_only_their_own_budget_never_the_members_places() -> None:
+    """70 half-sent login forms held every place until their body's deadline: the operator's page was a 503."""
+    async with serving(Limits(max_requests=2, max_public=2), admit=login_is_public) as served:
+        half_sent = []
+        for _ in range(6):
+            stream = await served.connect()
+            await stream.send(request("/login", b"x" * 50)[:-40])  # the head and 10 of its 50 bytes
+            half_sent.append(stream)
+        beyond = [await read_until_closed(stream, within=2) for stream in half_sent[2:]]
+        members = [await served.connect() for _ in range(2)]
+        for i, member in enumerate(members):
+            await member.send(request("/echo", f"member {i}".encode(), "X-Member: yes"))
+        answers = [await read_answers(member, 1) for member in members]
+        for stream in [*half_sent, *members]:
+            await stream.aclose()
+    assert all(b.startswith(b"HTTP/1.1 503 ") for b in beyond), beyond  # at once, not after the body's 10 s
+    assert [a.rsplit(b"\r\n", 1)[-1] for a in answers] == [b"member 0", b"member 1"]
+
+
+async def test_a_connection_kept_alive_after_a_public_request_counts_as_never_admitted() -> None:
+    async with serving(Limits(max_unadmitted=2), admit=login_is_public) as served:
+        anyone = await served.connect()
+        await anyone.send(request("/login", b"code"))
+        first = await read_answers(anyone, 1)
+        crowd = [await served.connect() for _ in range(3)]
+        for stream in crowd:
+            await stream.send(b"POST /login HTTP/1.1\r\nHo")
+        cut = await closed_by_server(anyone, within=5)  # the oldest of those never admitted
+        for stream in [*crowd, anyone]:
+            await stream.aclose()
+    assert first.endswith(b"code") and cut
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "sent", "bound"),
+    [
+        ("/login", (), 101, 100),  # the admission's bound, not the server's
+        ("/echo", ("X-Member: yes",), 1001, 1000),  # the server's
+    ],
+)
+async def test_a_body_is_bounded_by_the_bytes_read_chunked_or_declared(
+    path: str, extra: tuple[str, ...], sent: int, bound: int
+) -> None:
+    """A chunked body was counted against the server's bound only, never the admission's: a 4 KiB login form
+    was read to 3 MiB."""
+    async with serving(Limits(max_body=1000), admit=login_is_public) as served:
+        declared = await served.connect()
+        await declared.send(request(path, b"x" * sent, *extra)[:-sent])
+        with anyio.fail_after(2):
+            first = await read_until_closed(declared)
+        chunked = await served.connect()
+        head = "\r\n".join([f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Transfer-Encoding: chunked", *extra])
+        await chunked.send(head.encode() + b"\r\n\r\n" + f"{sent:x}\r\n".encode() + b"x" * sent + b"\r\n")
+        with anyio.fail_after(2):  # at the bound, not the body's end (it never comes) nor its deadline
+            second = await read_until_closed(chunked)
+        for stream in (declared, chunked):
+            await stream.aclose()
+    assert first.startswith(b"HTTP/1.1 413 ") and second.startswith(b"HTTP/1.1 413 "), (first, second)
+    assert f"larger than {bound} bytes".encode() in second
+    assert served.app.seen == []

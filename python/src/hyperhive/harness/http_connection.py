@@ -6,9 +6,11 @@ a deadline of its own (`Limits`):
 - admission, from the head alone (`admit`: the caller's method and token checks): a refused request is
   answered at once, its body never waited for nor read (only skipped, briefly, so that the answer is not
   overtaken by a reset), and the connection closed. So nothing a client without the token sends is parsed
-  beyond its head, and nothing it holds open is counted against the requests of those with it;
-- the body of an admitted request: whole within `body_timeout` of the head (408), at most `max_body`
-  bytes (413, from `Content-Length` before a byte is read, or as it streams);
+  beyond its head, and nothing it holds open is counted against the requests of those with it; a request
+  the caller admits as `PUBLIC` (no credential needed) counts within its own small budget, never theirs;
+- the body of an admitted request: whole within `body_timeout` of the head (408), at most its bound of bytes
+  (the admission's, else `max_body`; none for a GET or a HEAD) counted on what is read, chunked or not
+  (413 from `Content-Length` before a byte is read, or as soon as the bytes read pass it);
 - the answer: the app's, within `answer_timeout` of the body (else the request is cut, 503 if nothing was
   said yet); each write of it taken by the client within `send_timeout`, or the connection is closed.
 
@@ -26,7 +28,7 @@ import anyio.abc
 import h11
 
 from hyperhive.harness.http_asgi import Exchange, Names, reason, request_scope
-from hyperhive.harness.http_limits import Refusal
+from hyperhive.harness.http_limits import Admitted, Refusal
 
 if TYPE_CHECKING:
     from hyperhive.harness.http_server import Server
@@ -57,6 +59,7 @@ class Connection:
             self.names = (None, None)
         self.answered = False  # at least one answer was sent (the keep-alive deadline applies)
         self.lost = False  # the client is gone, or did not take an answer in time
+        self.public = True  # no request of the caller's own admitted yet (the last one was `PUBLIC`)
 
     async def run(self) -> None:
         server = self.server
@@ -66,7 +69,8 @@ class Connection:
                 return
             self.h11.start_next_cycle()
             self.answered = True
-            server.move(self, server.idle)
+            # Kept alive after a request anyone may make, it counts as a connection never admitted.
+            server.move(self, server.unadmitted if self.public else server.idle)
 
     async def _next_head(self) -> h11.Request | None:
         """The next request's head; None when the client closed or was too slow."""
@@ -92,19 +96,27 @@ class Connection:
         """Serve one request; whether the connection may carry another."""
         server, limits = self.server, self.limits
         scope = request_scope(self.names, request)
-        refusal = server.admit(scope)
-        if refusal is None and _declared_length(request) > limits.max_body:
-            refusal = _text(413, f"request body larger than {limits.max_body} bytes\n")
-        if refusal is None and server.requests >= limits.max_requests:
+        admitted = server.admit(scope)
+        refusal = admitted if isinstance(admitted, Refusal) else None
+        kind = admitted if isinstance(admitted, Admitted) else Admitted()
+        bound = limits.max_body if kind.max_body is None else kind.max_body
+        if request.method in (b"GET", b"HEAD"):  # neither carries a body (RFC 9110, 9.3.1 and 9.3.2)
+            bound = 0
+        if refusal is None and _declared_length(request) > bound:
+            refusal = _too_large(bound)
+        if refusal is None and kind.public and server.public >= limits.max_public:
+            refusal = _text(503, "too many requests at once from clients not logged in; try again\n")
+        if refusal is None and not kind.public and server.requests >= limits.max_requests:
             refusal = _text(503, "too many requests at once; try again\n")
         if refusal is not None:
             server.move(self, server.refused)
             await self.refuse(refusal)
             return False
+        self.public = kind.public
         server.move(self, None)
-        server.requests += 1
+        server.admitted(kind, +1)
         try:
-            body = await self._body()
+            body = await self._body(bound)
             if body is None:
                 return False
             exchange = Exchange(self, scope, body)
@@ -117,7 +129,7 @@ class Connection:
                         self.lost = True  # half an answer: the connection cannot be trusted to carry another
             exchange.finish()
         finally:
-            server.requests -= 1
+            server.admitted(kind, -1)
         if answering.cancelled_caught:
             log.warning(
                 "the HTTP app did not answer %s %s within %g s: the request is cut",
@@ -137,9 +149,10 @@ class Connection:
             return False
         return not server.stopping and self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
 
-    async def _body(self) -> bytes | None:
-        """The admitted request's whole body, within its deadline and bound; None when the connection cannot
-        go on (the client left, or it was answered 400, 408 or 413 here)."""
+    async def _body(self, bound: int) -> bytes | None:
+        """The admitted request's whole body, within its deadline and `bound` (of the bytes read, however they
+        are framed); None when the connection cannot go on (the client left, or it was answered 400, 408 or
+        413 here)."""
         limits = self.limits
         if self.h11.they_are_waiting_for_100_continue:
             await self.write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
@@ -157,8 +170,8 @@ class Connection:
                         self.lost = True
                 elif isinstance(event, h11.Data):
                     size += len(event.data)
-                    if size > limits.max_body:
-                        await self.refuse(_text(413, f"request body larger than {limits.max_body} bytes\n"))
+                    if size > bound:
+                        await self.refuse(_too_large(bound))
                         return None
                     chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
@@ -229,6 +242,10 @@ class Connection:
 
 def _text(status: int, text: str) -> Refusal:
     return Refusal(status, text.encode())
+
+
+def _too_large(bound: int) -> Refusal:
+    return _text(413, f"request body larger than {bound} bytes\n" if bound else "this request carries no body\n")
 
 
 def _declared_length(request: h11.Request) -> int:

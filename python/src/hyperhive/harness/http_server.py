@@ -15,8 +15,11 @@ The bounds on connections, kept here: at most `max_unadmitted` that have not had
 ones whose bodies never come, cannot pile up nor take the places of admitted requests; refused ones count
 apart, as many again, so that heads refused at a high rate never push out a connection still sending its
 head; at most `max_idle` admitted connections kept alive between requests (one more closes the oldest); at
-most `max_requests` admitted requests at once (one more is answered 503). A client without the token can fill
-only the first two pools: the agent's calls, admitted from their head, are never queued behind it, and its
+most `max_requests` admitted requests at once (one more is answered 503); and, apart from them, at most
+`max_public` requests admitted without a credential (`PUBLIC`: the caller says which, a login form and its
+page; one more is answered 503), whose connections, kept alive, count as never admitted. A client without
+the token or cookie can fill only those three: the agent's calls and the operator's pages, admitted from
+their head, are never queued behind it (half-sent login forms hold only the places of logins), and their
 kept-alive connections are never closed to make room for it.
 
 Cancelled, it stops accepting at once, closes every connection not serving a request, gives requests in
@@ -34,7 +37,7 @@ import anyio.abc
 
 from hyperhive.harness.http_asgi import App
 from hyperhive.harness.http_connection import Connection
-from hyperhive.harness.http_limits import Admit, Limits, admit_all
+from hyperhive.harness.http_limits import Admit, Admitted, Limits, admit_all
 
 log = logging.getLogger("hyperhive.harness.http")
 
@@ -95,7 +98,8 @@ class Server:
         self.unadmitted = Pool(limits.max_unadmitted)
         self.refused = Pool(limits.max_unadmitted)
         self.idle = Pool(limits.max_idle)
-        self.requests = 0
+        self.requests = 0  # admitted requests being served, of the caller's own
+        self.public = 0  # and of anyone's (`PUBLIC`)
         self.stopping = False
         self._all_closed = anyio.Event()
 
@@ -106,6 +110,13 @@ class Server:
                 each.discard(conn)
         if pool is not None:
             pool.add(conn)
+
+    def admitted(self, kind: Admitted, change: int) -> None:
+        """A request of `kind` begins (+1) or ends (-1) being served."""
+        if kind.public:
+            self.public += change
+        else:
+            self.requests += change
 
     async def connection(self, stream: anyio.abc.SocketStream) -> None:
         with contextlib.suppress(OSError):

@@ -7,6 +7,9 @@ when sent, must be the view's (else 403: another site's page posting here); the 
 the login page and the static files needs the session cookie (web/auth.py): a page asked for without it is
 sent to /login (303), anything else is 401.
 A refused request's body is never read. CSRF tokens are checked by the app, once the form is read.
+The login page, its form and the static files, asked for without the cookie, are admitted as anyone's
+(`PUBLIC`): within the server's small budget for those, never in the places of the operator's requests; a
+login form's body is bounded by `MAX_LOGIN_BODY` on the bytes read, chunked or not.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from hyperhive.harness.http_asgi import Scope
-from hyperhive.harness.http_limits import Refusal
+from hyperhive.harness.http_limits import Admitted, Refusal
 from hyperhive.harness.web.auth import WebAuth
 
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
@@ -72,7 +75,7 @@ class WebGate:
         self.hosts = {h.encode("ascii") for h in hosts}
         self.origins = {o.encode("ascii") for o in origins}
 
-    def __call__(self, scope: Scope) -> Refusal | None:
+    def __call__(self, scope: Scope) -> Refusal | Admitted | None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         hosts = [v.lower() for n, v in headers if n == b"host"]
         if len(hosts) != 1 or hosts[0] not in self.hosts:
@@ -86,18 +89,10 @@ class WebGate:
         if scope["method"] not in route.methods:
             return _refusal(405, "method not allowed\n", (b"allow", ", ".join(route.methods).encode()))
         if route.public:
-            if scope["path"] == "/login" and _declared(headers) > MAX_LOGIN_BODY:
-                return _refusal(413, "a login form is a code, not more\n")
-            return None
+            bound = MAX_LOGIN_BODY if scope["path"] == "/login" else None
+            return Admitted(public=self.auth.session(headers) is None, max_body=bound)
         if self.auth.session(headers) is None:
             if route.page:
                 return _refusal(303, "log in first: /login\n", (b"location", b"/login"))
             return _refusal(401, "log in first: run `hyperhive web-login` and open its link\n")
         return None
-
-
-def _declared(headers: list[tuple[bytes, bytes]]) -> int:
-    for name, value in headers:
-        if name == b"content-length" and value.isdigit():
-            return int(value)
-    return 0
