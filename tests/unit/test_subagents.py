@@ -512,3 +512,15 @@ def test_a_turn_of_unknown_cost_leaves_the_cost_unknown_and_a_known_one_adds_up(
     table.count_turn(row.id, busy_ms=10, context_used=None, context_size=None, cost=None)
     got = table.get(row.id)
     assert (got.turns, got.busy_ms, got.cost_usd, got.context_used) == (3, 30, 0.25, 5)
+
+
+async def test_the_operators_message_to_a_sub_agent_comes_from_the_operator(tmp_path: Path) -> None:
+    # It came as `from: parent`: the sub-agent could not tell its parent's words from the operator's.
+    async with hive(tmp_path, answer("ok")) as (subagents, _, runtimes):
+        row, _ = await subagents.start(0, "work", wait=5)
+        await subagents.message(None, row.id, "a word from the operator")
+        await until(lambda: _true(len(runtimes[row.id].prompts) == 2))
+        assert " from operator " in runtimes[row.id].prompts[1]
+        await subagents.message(0, row.id, "a word from the parent")
+        await until(lambda: _true(len(runtimes[row.id].prompts) == 3))
+        assert " from parent " in runtimes[row.id].prompts[2]

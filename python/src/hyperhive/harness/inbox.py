@@ -305,10 +305,10 @@ class Inbox:
         return row
 
     async def message_subagent(
-        self, subagent_id: int, body: str, *, max_working: int | None = None
+        self, subagent_id: int, body: str, *, max_working: int | None = None, source: str = "parent"
     ) -> SubagentRow | None:
         table = SubagentTable(self._writer.store)
-        row = await self._write(table.message, subagent_id, body, max_working=max_working)
+        row = await self._write(table.message, subagent_id, body, max_working=max_working, source=source)
         if row is not None:
             self._ring(subagent_id)
             self._announce_subagent(subagent_id)

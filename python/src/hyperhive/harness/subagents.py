@@ -184,7 +184,12 @@ class Subagents:
         if row.final:
             raise ToolFailure(f"sub-agent {subagent_id} has ended ({row.state}: {row.error}); start a new one")
         try:  # checked and set in one transaction: concurrent messages cannot pass the limit
-            updated = await self.inbox.message_subagent(subagent_id, body, max_working=self.limits.max_concurrent)
+            updated = await self.inbox.message_subagent(
+                subagent_id,
+                body,
+                max_working=self.limits.max_concurrent,
+                source="operator" if by is None else "parent",  # what the sub-agent reads in its prompt
+            )
         except TooManyWorking as exc:
             raise ToolFailure(
                 f"{exc.working} sub-agents are working already (HIVE_SUBAGENT_MAX_CONCURRENT={exc.limit}); "

@@ -168,8 +168,11 @@ class SubagentTable:
             self._wakes.for_agent(cur.lastrowid).insert(PARENT, first_prompt, now=now)
         return self.get(cur.lastrowid)
 
-    def message(self, subagent_id: int, body: str, *, max_working: int | None = None) -> SubagentRow | None:
-        """A follow-up from the parent: a wake for the sub-agent, which is working again (one transaction).
+    def message(
+        self, subagent_id: int, body: str, *, max_working: int | None = None, source: str = PARENT
+    ) -> SubagentRow | None:
+        """A follow-up from the parent (or, `source` "operator", from the operator): a wake for the sub-agent,
+        which is working again (one transaction).
         None when it has ended for good (nothing is stored); `TooManyWorking` (with `max_working`) when it was
         not working and its parent has that many working already."""
         with self.store.transaction() as db:
@@ -179,7 +182,7 @@ class SubagentTable:
             if row.state != "working":
                 self._within(row.parent, max_working)
             db.execute("UPDATE subagents SET state = 'working' WHERE id = ?", (subagent_id,))
-            self._wakes.for_agent(subagent_id).insert(PARENT, body)
+            self._wakes.for_agent(subagent_id).insert(source, body)
         return self.get(subagent_id)
 
     def _within(self, parent: int, max_working: int | None) -> None:
