@@ -1,5 +1,5 @@
-"""Hostile neighbours of the web view and of the HTTP server under it (issue 24, items 2 and 3): half-sent
-login forms from anyone, and chunked bodies over their bound, on every route of both apps.
+"""Hostile neighbours of the web view and of the HTTP server under it (issue 24, items 2, 3 and 11): half-sent
+login forms from anyone, chunked bodies over their bound, and HEAD, on every route of both apps.
 
 Floods come from another process (tests/faults/http_flood.py), as in test_hostile_http.py; `ping` and
 `status` are asked every 50 ms throughout (`Latencies`), the agent's calls are raw HTTP with its token, and
@@ -128,6 +128,11 @@ def chunks(size: int) -> bytes:
         out.append(b"%x\r\n%s\r\n" % (n, b"a" * n))
         left -= n
     return b"".join(out)
+
+
+def as_head(raw: bytes) -> bytes:
+    """The same request as HEAD."""
+    return b"HEAD" + raw.removeprefix(b"GET")
 
 
 def ms(seconds: list[float]) -> str:
@@ -287,5 +292,81 @@ def test_every_route_of_both_apps_refuses_a_chunked_body_over_its_bound_as_it_is
     )
     assert not wrong, wrong
     assert stored == 0
+    probe.check()
+    assert up
+
+
+# -- item 11: HEAD ---------------------------------------------------------------------------------------------
+
+
+def test_head_is_answered_on_every_route_as_get_would_be_without_a_body(tmp_path: Path, record: Record) -> None:
+    with running_service(tmp_path, HIVE_WEB_PORT="0") as svc:
+        web, http = Web(svc), Http(svc.state)
+        # (what, port, the request's head as GET; HEAD is the same with the method changed), the GET's status.
+        cases = [
+            ("web /, with the cookie", web.port, web.raw("GET", "/"), 200),
+            ("web /turns, with the cookie", web.port, web.raw("GET", "/turns"), 200),
+            ("web /outbox, with the cookie", web.port, web.raw("GET", "/outbox"), 200),
+            ("web /events, with the cookie", web.port, web.raw("GET", "/events"), 200),
+            ("web /login, no cookie", web.port, web.raw("GET", "/login", cookie=False), 200),
+            ("web /static/style.css, no cookie", web.port, web.raw("GET", "/static/style.css", cookie=False), 200),
+            ("web /static/live.js, with the cookie", web.port, web.raw("GET", "/static/live.js"), 200),
+            ("web /favicon.ico, no cookie", web.port, web.raw("GET", "/favicon.ico", cookie=False), 204),
+            ("web /, no cookie", web.port, web.raw("GET", "/", cookie=False), 303),
+            ("web /events, no cookie", web.port, web.raw("GET", "/events", cookie=False), 401),
+            ("web /send (POST only)", web.port, web.raw("GET", "/send"), 405),
+            ("web /nothing", web.port, web.raw("GET", "/nothing"), 404),
+            ("web /, another origin", web.port, web.raw("GET", "/", extra=("Origin: http://evil.example",)), 403),
+            ("web /login, with a body", web.port, web.raw("GET", "/login", b"hello", cookie=False), 413),
+            ("MCP /mcp, with the token", http.port, mcp_raw(http, "GET"), 405),
+            ("MCP /mcp, no token", http.port, mcp_raw(http, "GET", token=False), 405),
+            ("MCP /elsewhere, with the token", http.port, mcp_raw(http, "GET", "/elsewhere"), 405),
+        ]
+        raw_host = web.raw("GET", "/").replace(f"Host: 127.0.0.1:{web.port}".encode(), b"Host: evil.example")
+        cases.append(("web /, another Host", web.port, raw_host, 421))
+        heads, gets = {}, {}
+        with Latencies(svc).running() as probe:
+            for what, port, raw, _ in cases:
+                heads[what] = exchange(port, as_head(raw))
+                gets[what] = exchange(port, raw, head_only=b"/events" in raw.split(b"\r\n")[0])
+            probes = [exchange(web.port, as_head(web.raw("GET", "/login", cookie=False))) for _ in range(50)]
+            time.sleep(0.3)  # a few answers of the probe at least
+        up = svc.proc.poll() is None and control(svc.state, "ping")["ok"]
+
+    def differs(what: str) -> str | None:
+        head, get = heads[what], gets[what]
+        if head.status != get.status:
+            return f"HEAD {head.status}, GET {get.status}"
+        if head.body:
+            return f"a body of {len(head.body)} bytes"
+        names = {k for k in get.headers() if k != b"content-length"} ^ {
+            k for k in head.headers() if k != b"content-length"
+        }
+        if names:
+            return f"headers differ: {sorted(names)}"
+        if head.headers().get(b"content-type") != get.headers().get(b"content-type"):
+            return "Content-Type differs"
+        if (
+            what.startswith(("web /static", "web /login", "MCP"))
+            and head.headers().get(b"content-length") != str(len(get.body)).encode()
+        ):
+            return f"Content-Length {head.headers().get(b'content-length')!r}, the GET's body {len(get.body)}"
+        return None
+
+    wrong = {what: why for what, *_ in cases if (why := differs(what)) is not None}
+    owed = {what: heads[what].status for what, _, _, status in cases if heads[what].status != status}
+    record(
+        "HEAD on every route of the web view and the tools (pages, the stream, the login page, static files, "
+        "and every refusal: 303, 401, 403, 404, 405, 413, 421), as a monitoring probe asks; and 50 probes of "
+        "the login page one after another",
+        "each answered with the status and headers the GET has (Content-Length the GET's body's) and no body, "
+        "the stream's HEAD ended at once; ping and status answered throughout, 95% within "
+        f"{STATUS_BOUND_S * 1000:.0f} ms",
+        f"{len(cases) - len(wrong)} of {len(cases)} routes answered as the GET, 0 body bytes; probes "
+        f"{sum(p.status == 200 for p in probes)} of {len(probes)} 200, {ms([p.took for p in probes])}; "
+        f"{probe.figure()} (on main, measured here: 0 of 18, every HEAD closed without a status line)",
+    )
+    assert not wrong and not owed, (wrong, owed, {w: heads[w].head[:60] for w in wrong})
+    assert all(p.status == 200 and not p.body for p in probes)
     probe.check()
     assert up

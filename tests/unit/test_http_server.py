@@ -504,3 +504,67 @@ async def test_a_body_is_bounded_by_the_bytes_read_chunked_or_declared(
     assert first.startswith(b"HTTP/1.1 413 ") and second.startswith(b"HTTP/1.1 413 "), (first, second)
     assert f"larger than {bound} bytes".encode() in second
     assert served.app.seen == []
+
+
+async def test_a_get_or_head_carrying_a_body_gets_413() -> None:
+    async with serving() as served:
+        answers = []
+        for method in ("GET", "HEAD"):
+            for framing in ("Content-Length: 5\r\n\r\nhello", "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"):
+                stream = await served.connect()
+                await stream.send(f"{method} /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}".encode())
+                answers.append(await read_until_closed(stream))
+                await stream.aclose()
+        empty = await served.connect()
+        await empty.send(b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        fine = await read_answers(empty, 1)
+        await empty.aclose()
+    assert all(a.startswith(b"HTTP/1.1 413 ") for a in answers), answers
+    assert answers[0].endswith(b"this request carries no body\n")
+    assert answers[2].endswith(b"\r\n\r\n")  # a HEAD's refusal has no body either
+    assert fine.startswith(b"HTTP/1.1 200 ") and served.app.seen == ["/echo"]
+
+
+async def test_head_gets_the_gets_status_and_headers_and_no_body_answers_and_refusals_alike() -> None:
+    """Every HEAD was closed without a status line: h11 refuses a body for it, and every answer had one."""
+    async with serving(admit=members_only) as served:
+        stream = await served.connect()
+        await stream.send(b"HEAD /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Member: yes\r\n\r\n")
+        await stream.send(b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Member: yes\r\n\r\n")  # the same connection
+        both = await read_answers(stream, 2)
+        await stream.aclose()
+        refused = await served.connect()
+        await refused.send(b"HEAD /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        refusal = await read_until_closed(refused)
+        await refused.aclose()
+    head, get = both.split(b"HTTP/1.1 ")[1:]
+    assert head == get.removesuffix(b"/echo"), both  # the GET's head, and then the next answer at once
+    assert get.startswith(b"200 OK\r\n") and b"content-length: 5\r\n" in get
+    assert refusal.startswith(b"HTTP/1.1 401 ") and refusal.endswith(b"content-length: 13\r\nconnection: close\r\n\r\n")
+    assert served.app.seen == ["/echo", "/echo"]  # as a GET, each time
+
+
+async def test_head_of_a_stream_ends_with_its_head_and_the_app_hears_disconnect() -> None:
+    told = anyio.Event()
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["method"] == "GET"
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        assert (await receive())["type"] == "http.disconnect"
+        told.set()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})  # dropped, not an error
+
+    listener = await listen()
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve_http, streaming, listener, DEFAULT_LIMITS)
+        client = await anyio.connect_tcp("127.0.0.1", port)
+        await client.send(b"HEAD /events HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        data = await read_until_closed(client)
+        with anyio.fail_after(5):
+            await told.wait()
+        await client.aclose()
+        tg.cancel_scope.cancel()
+    assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"\r\n\r\n") and b"data:" not in data

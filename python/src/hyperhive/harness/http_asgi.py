@@ -5,6 +5,10 @@ The `http` scope (spec 2.3) only; no lifespan (the caller runs what the app need
 websockets. The app gets the whole body in one `http.request` message (read before it is called), and
 `http.disconnect` once the answer is complete or the client is gone; nothing reads the socket while the app
 works on a request, so a client leaving mid-request is noticed at the answer (a streaming answer's writes).
+
+A HEAD request is served as a GET (its scope says GET, to admission and to the app alike): the client gets
+the status and headers the GET's answer has, and no body (RFC 9110, 9.3.2); the answer ends with its head,
+and the app hears `http.disconnect` then (a stream ends at once).
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ Names = tuple[tuple[str, int] | None, tuple[str, int] | None]
 
 
 def request_scope(names: Names, request: h11.Request) -> Scope:
+    """The request's scope; a HEAD's is a GET's (the connection sends the head of the answer only)."""
     path, _, query = request.target.partition(b"?")
+    method = b"GET" if request.method == b"HEAD" else request.method
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -40,7 +46,7 @@ def request_scope(names: Names, request: h11.Request) -> Scope:
         "server": names[0],
         "client": names[1],
         "scheme": "http",
-        "method": request.method.decode(),
+        "method": method.decode(),
         "root_path": "",
         "path": unquote(path.decode("ascii")),
         "raw_path": path,
@@ -84,18 +90,21 @@ class Exchange:
             return
         if kind != "http.response.body":
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
-        if not self.started or self.complete:
+        if not self.started or (self.complete and not conn.head_only):
             raise RuntimeError("http.response.body outside a response")
-        if conn.lost:  # as uvicorn did: what is sent after the client left is dropped
+        # As uvicorn did: what is sent after the client left is dropped; so is what follows a HEAD's answer.
+        if conn.lost or self.complete:
             return
         data = b""
         if self._head is not None:
             data += conn.h11.send(self._head) or b""
             self._head = None
         body = bytes(message.get("body", b""))
+        more = bool(message.get("more_body", False))
+        if conn.head_only:  # the head is the whole answer
+            body, more = b"", False
         if body:
             data += conn.h11.send(h11.Data(data=body)) or b""
-        more = bool(message.get("more_body", False))
         if not more:
             data += conn.h11.send(h11.EndOfMessage()) or b""
         await conn.write(data)

@@ -15,7 +15,8 @@ a deadline of its own (`Limits`):
   said yet); each write of it taken by the client within `send_timeout`, or the connection is closed.
 
 Between phases the connection moves from one of the server's pools to another (not admitted, refused,
-serving a request, kept alive), each bounded there.
+serving a request, kept alive), each bounded there. A HEAD is served as a GET, its answer's head only, its
+refusals' too (http_asgi.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Connection:
             self.names = (None, None)
         self.answered = False  # at least one answer was sent (the keep-alive deadline applies)
         self.lost = False  # the client is gone, or did not take an answer in time
+        self.head_only = False  # the request is a HEAD: its answer's head is sent, never a body
         self.public = True  # no request of the caller's own admitted yet (the last one was `PUBLIC`)
 
     async def run(self) -> None:
@@ -74,6 +76,7 @@ class Connection:
 
     async def _next_head(self) -> h11.Request | None:
         """The next request's head; None when the client closed or was too slow."""
+        self.head_only = False
         now = anyio.current_time()
         head_deadline = now + self.limits.head_timeout
         first_byte = min(now + self.limits.keepalive_timeout, head_deadline) if self.answered else head_deadline
@@ -95,6 +98,7 @@ class Connection:
     async def _answer(self, request: h11.Request) -> bool:
         """Serve one request; whether the connection may carry another."""
         server, limits = self.server, self.limits
+        self.head_only = request.method == b"HEAD"
         scope = request_scope(self.names, request)
         admitted = server.admit(scope)
         refusal = admitted if isinstance(admitted, Refusal) else None
@@ -231,8 +235,9 @@ class Connection:
             (b"connection", b"close"),
         ]
         try:
-            data = self.h11.send(h11.Response(status_code=status, headers=head, reason=reason(status)))
-            data = (data or b"") + (self.h11.send(h11.Data(data=body)) or b"")
+            data = self.h11.send(h11.Response(status_code=status, headers=head, reason=reason(status))) or b""
+            if not self.head_only:  # a HEAD's answer is its head, Content-Length as the GET's would be
+                data += self.h11.send(h11.Data(data=body)) or b""
             data += self.h11.send(h11.EndOfMessage()) or b""
         except h11.LocalProtocolError:  # an answer is under way already: nothing more can be said
             self.lost = True
