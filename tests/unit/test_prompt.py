@@ -98,3 +98,8 @@ def test_the_batch_stays_within_the_cap_whatever_the_preamble_says() -> None:
     for cap in (2_000, 5_000, 10_000, 31_999):
         prompt = build_prompt(wakes, max_chars=cap, waiting=1_000_000_000)
         assert len(prompt.text) <= cap and prompt.wake_ids
+
+
+def test_a_prompt_keeps_the_operators_words_bounded_for_the_page_and_no_one_elses() -> None:
+    built = build_prompt([wake(1, "x" * 5000), wake(2, "task output", source="bash-task-1")])
+    assert built.said == {1: "x" * prompt_module.SAID_CHARS}

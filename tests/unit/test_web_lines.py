@@ -138,3 +138,14 @@ def test_what_a_page_shows_of_a_block_or_a_reply_is_bounded_and_says_so() -> Non
     assert len(op["html"]) < lines.TEXT_CHARS + 200 and f"{(1 << 20) - lines.TEXT_CHARS} more characters" in op["html"]
     listed = outbox_items([OutboxRow(1, 0.0, "agent", huge, None)])
     assert len(listed) < 20 * 1024 and "more characters" in listed
+
+
+def test_the_operators_words_a_turn_carries_are_shown_in_it_escaped() -> None:
+    # Issue 23: a wake's text disappeared from the page once its turn started.
+    start = {"event": "turn_start", "turn": 4, "wakes": [{"id": 9, "from": "operator", "said": "fix <b>it</b>\x1b[2J"}]}
+    (op,) = lines.ops(start)
+    assert '<span class="who">operator:</span> fix &lt;b&gt;it&lt;/b&gt;^[[2J' in op["html"]
+    (view,) = lines.turns_of([start], {})
+    assert "fix &lt;b&gt;it&lt;/b&gt;" in view.html
+    quiet = {"event": "turn_start", "turn": 5, "wakes": [{"id": 10, "from": "bash-task-3"}]}
+    assert "operator-said" not in lines.ops(quiet)[0]["html"]

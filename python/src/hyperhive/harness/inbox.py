@@ -222,7 +222,10 @@ class Inbox:
     async def begin_turn(self, prompt: Prompt) -> int:
         """Record a turn's start (its attempts come with the agent's first line: `attempt`); announce it."""
         turn_id = await self._write(self._writer.begin_turn, prompt.wake_ids, len(prompt.text))
-        wakes = [{"id": i, "from": prompt.sources.get(i)} for i in prompt.wake_ids]
+        wakes = [
+            {"id": i, "from": prompt.sources.get(i)} | ({"said": prompt.said[i]} if i in prompt.said else {})
+            for i in prompt.wake_ids
+        ]
         self.feed.publish(self.tagged({"event": "turn_start", "turn": turn_id, "wakes": wakes}))
         return turn_id
 

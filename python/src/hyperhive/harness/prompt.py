@@ -37,11 +37,12 @@ import secrets
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from hyperhive.control.send import SOURCE
+from hyperhive.control.send import OPERATOR, SOURCE
 from hyperhive.store.wakes import WakeRow
 from hyperhive.visible import visible
 
 MAX_WAKES = 32
+SAID_CHARS = 2000  # of each operator message, in the live feed's turn_start
 MAX_CHARS = 32_000
 QUOTE = "|"
 _CUT = "\n| [... {n} more characters of this wake left out]"
@@ -53,6 +54,8 @@ class Prompt:
     wake_ids: list[int]
     # Each carried wake's `from` (for the live feed's turn_start), so nothing is read again to say it.
     sources: dict[int, str] = field(default_factory=dict)
+    # The operator's own words it carries, each bounded (the web view shows them in the turn).
+    said: dict[int, str] = field(default_factory=dict)
 
 
 def stamp(t: float) -> str:
@@ -125,7 +128,8 @@ def build_prompt(
         used += 2 + len(section)
     chosen = candidates[: len(sections)]
     text = "\n\n".join([preamble(tag, len(chosen), total - len(chosen)), *sections])
-    return Prompt(text, [w.id for w in chosen], {w.id: w.source for w in chosen})
+    said = {w.id: w.body[:SAID_CHARS] for w in chosen if w.source == OPERATOR}
+    return Prompt(text, [w.id for w in chosen], {w.id: w.source for w in chosen}, said)
 
 
 def with_note(prompt: Prompt, note: str) -> Prompt:

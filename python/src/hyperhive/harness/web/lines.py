@@ -200,6 +200,16 @@ def head(turn: int, agent: int, wakes: Iterable[dict[str, Any]], outcome: str, e
     )
 
 
+def said_lines(wakes: Iterable[dict[str, Any]]) -> str:
+    """The operator's own words a turn carries (the feed's turn_start holds them, bounded), above its lines:
+    the conversation reads as one, and a message is not gone from the page once its turn starts."""
+    return "".join(
+        f'<div class="operator-said"><span class="who">operator:</span> {esc(str(w["said"]))}</div>'
+        for w in wakes
+        if isinstance(w.get("said"), str)
+    )
+
+
 @dataclass
 class TurnView:
     """One turn as a page draws it whole: from the events a feed holds (`cut`: its start is not held)."""
@@ -230,7 +240,7 @@ class TurnView:
             if self.cut
             else ""
         )
-        lines = note + "".join(p.html for p in self.parts)
+        lines = note + said_lines(wakes) + "".join(p.html for p in self.parts)
         top = head(self.turn, self.agent, wakes, self.outcome, self.error)
         return (
             f'<article class="turn" id="turn-{self.turn}">{top}'
