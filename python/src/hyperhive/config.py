@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hyperhive import jsontext
 from hyperhive.errors import ConfigError
+from hyperhive.numbers import count
 from hyperhive.statedir.layout import StateDir
 from hyperhive.subagent_profiles import Profile, SubagentLimits, load_profiles
 
@@ -168,19 +169,21 @@ class _Reader:
         raw = self.get(name)
         if raw is None:
             return default
-        if not raw.isdigit() or int(raw) < least:
+        value = count(raw)
+        if value is None or value < least:
             self.problems[name] = f"expected a whole number of at least {least}, got {raw!r}"
             return default
-        return int(raw)
+        return value
 
     def port(self, name: str) -> int | None:
         raw = self.get(name)
         if raw is None:
             return None
-        if not raw.isdigit() or int(raw) > 65535:
+        port = count(raw, digits=5)
+        if port is None or port > 65535:
             self.problems[name] = f"expected a TCP port (0 to 65535; 0 picks a free one), got {raw!r}"
             return None
-        return int(raw)
+        return port
 
     def origin(self, name: str) -> str | None:
         """A web origin as browsers send it: scheme, host and port if any, nothing more."""

@@ -63,6 +63,7 @@ from hyperhive.control.wire import (
     ServiceUnavailable,
 )
 from hyperhive.mcp_tool import ToolResult
+from hyperhive.numbers import count
 from hyperhive.tasks.tools import INSTRUCTIONS, SPECS
 
 TYPE_CHECKING = False  # see bash_mcp/protocol.py: `typing` is for the type checker only on this path
@@ -329,4 +330,4 @@ def serve_forwarding(socket: str) -> None:
     """Serve on stdio until stdin closes; every call goes to the service at `socket`, for the agent
     HIVE_AGENT_ID names (a sub-agent; unset or not a number: the service's own)."""
     raw = os.environ.get(AGENT_ID_VARIABLE, "0")
-    ForwardingServer(socket, agent=int(raw) if raw.isdigit() else 0).serve()
+    ForwardingServer(socket, agent=count(raw) or 0).serve()

@@ -15,6 +15,7 @@ from hyperhive.cli.follow import follow_service
 from hyperhive.cli.operator import RAW_HELP, existing_state, shown
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import HyperhiveError
+from hyperhive.numbers import count
 from hyperhive.visible import visible, visible_json
 
 if TYPE_CHECKING:
@@ -33,9 +34,10 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     text = value.strip().upper().removesuffix("B").removesuffix("I")
     unit = text[-1:] if text[-1:] in _SIZES else ""
     number = text[: len(text) - len(unit)]
-    if not number.isdigit() or int(number) == 0:
+    size = count(number)
+    if not size:
         raise click.BadParameter(f"{value!r} is not a size: a whole number of bytes, or with K, M or G")
-    return int(number) * _SIZES[unit]
+    return size * _SIZES[unit]
 
 
 @click.command()

@@ -15,6 +15,8 @@ import hmac
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 
+from hyperhive.numbers import count
+
 MAIN = 0
 
 
@@ -44,6 +46,5 @@ class AgentTokens:
 def caller() -> int:
     """The agent whose verified token the request in hand carries (the service's own outside a request)."""
     token = get_access_token()
-    if token is None or not token.client_id.isdigit():
-        return MAIN
-    return int(token.client_id)
+    agent = None if token is None else count(token.client_id)
+    return MAIN if agent is None else agent

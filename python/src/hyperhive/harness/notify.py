@@ -15,6 +15,8 @@ import socket
 
 import anyio
 
+from hyperhive.numbers import count
+
 log = logging.getLogger("hyperhive.harness")
 
 
@@ -53,7 +55,8 @@ class SystemdNotifier:
         usec = env.get("WATCHDOG_USEC", "")
         pid = env.get("WATCHDOG_PID", "")
         mine = not pid or pid == str(os.getpid())
-        self.watchdog_interval = int(usec) / 2e6 if usec.isdigit() and int(usec) > 0 and mine else None
+        micro = count(usec)
+        self.watchdog_interval = micro / 2e6 if micro and mine else None
 
     @property
     def enabled(self) -> bool:

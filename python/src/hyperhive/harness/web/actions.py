@@ -14,6 +14,7 @@ import logging
 from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.errors import ToolFailure
 from hyperhive.harness.web.source import Parts
+from hyperhive.numbers import count
 
 log = logging.getLogger("hyperhive.harness.web")
 
@@ -28,10 +29,10 @@ class Refused(Exception):
 
 
 def number(form: dict[str, str], name: str) -> int:
-    value = form.get(name, "")
-    if not value.isdigit() or len(value) > 18:
+    value = count(form.get(name))
+    if value is None:
         raise Refused(400, f"`{name}` must be a number")
-    return int(value)
+    return value
 
 
 async def send(parts: Parts, form: dict[str, str]) -> tuple[str, int]:

@@ -43,6 +43,7 @@ from hyperhive.harness.web.panels import CSRF, NAMES, clock, outbox_items, title
 from hyperhive.harness.web.source import Panels, Parts, after_id, carried, live_turns
 from hyperhive.harness.web.stream import LIFETIME, Streams
 from hyperhive.harness.web.transcript import TurnLines, turn_lines
+from hyperhive.numbers import count
 from hyperhive.statedir.layout import transcript
 
 log = logging.getLogger("hyperhive.harness.web")
@@ -197,15 +198,13 @@ class WebApp:
 
     def _paging(self, request: Request, most: int = MAX_PAGE_ROWS) -> tuple[int | None, int]:
         query = request.query
-        before = query.get("before", "")
-        n = query.get("n", "")
-        rows = min(int(n), most) if n.isdigit() and len(n) < 7 and int(n) > 0 else PAGE_ROWS
-        return (int(before) if before.isdigit() and len(before) < 19 else None), rows
+        n = count(query.get("n"), digits=6)
+        return count(query.get("before")), min(n, most) if n else PAGE_ROWS
 
     async def turns(self, request: Request) -> str:
         before, n = self._paging(request)
         agent = request.query.get("agent", "0")
-        agent_id = int(agent) if agent.isdigit() and len(agent) < 19 else 0
+        agent_id = count(agent) or 0
         rows = await self.parts.inbox.for_agent(agent_id).turns_before(before, n)
         older = f"/turns?agent={agent_id}&before={rows[-1].id}&n={n}" if len(rows) == n else None
         heading = "Turn history" if agent_id == 0 else f"Turn history of sub-agent {agent_id}"

@@ -20,6 +20,8 @@ import hmac
 import secrets
 import time
 
+from hyperhive.numbers import count
+
 CODE_SECONDS = 300.0
 SESSION_SECONDS = 30 * 24 * 3600
 MAX_CODES = 16
@@ -75,7 +77,7 @@ class WebAuth:
         now = time.time() if now is None else now
         for value in self._cookies(headers):
             parts = value.split(".")
-            if len(parts) != 3 or not parts[1].isdigit():
+            if len(parts) != 3 or count(parts[1]) is None:
                 continue
             sid, expires, mac = parts
             if not hmac.compare_digest(mac, self._mac(f"session:{sid}:{expires}")):

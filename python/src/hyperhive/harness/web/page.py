@@ -10,6 +10,7 @@ from __future__ import annotations
 from hyperhive import __version__
 from hyperhive.harness.web.lines import LIVE, esc
 from hyperhive.harness.web.panels import CSRF
+from hyperhive.numbers import count
 
 # The notes a redirect after a form may ask the page to show (`/?done=<name>&id=<number>`): text of ours.
 NOTES = {
@@ -54,9 +55,10 @@ def top(where: str, *, drawn: str, headline: str = "") -> str:
 
 def note(done: str | None, number: str | None) -> str:
     text = NOTES.get(done or "")
-    if text is None or number is None or not number.isdigit() or len(number) > 18:
+    shown = count(number)
+    if text is None or shown is None:
         return ""
-    return f'<p class="note" id="note" tabindex="-1">{esc(text.format(id=int(number)))}</p>'
+    return f'<p class="note" id="note" tabindex="-1">{esc(text.format(id=shown))}</p>'
 
 
 def main(

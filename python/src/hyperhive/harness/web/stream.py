@@ -33,6 +33,7 @@ from hyperhive.harness.http_asgi import Receive, Scope, Send
 from hyperhive.harness.live import Subscription
 from hyperhive.harness.web import lines, panels
 from hyperhive.harness.web.source import Panels, Parts, after_id, live_turns, touched
+from hyperhive.numbers import count
 
 log = logging.getLogger("hyperhive.harness.web")
 
@@ -55,7 +56,7 @@ def parse_after(value: str | None, epoch: str) -> int | None:
     if not value:
         return None
     head, _, seq = value.strip().partition("-")
-    return int(seq) if head == epoch and seq.isdigit() and len(seq) < 19 else None
+    return count(seq) if head == epoch else None
 
 
 def frame(data: Any = None, *, event_id: str | None = None) -> bytes:
