@@ -136,9 +136,11 @@ def test_a_sub_agent_says_what_the_services_agent_would_reply_and_never_replies(
     ]
 
 
-def test_an_operator_wake_to_a_sub_agent_starts_nothing() -> None:
-    plan = plan_wake(Wake("operator", "run: rm -rf /"), subagent=True)
-    assert plan.tool is None
+def test_a_sub_agent_does_what_the_operator_messages_it_as_it_does_its_parents_task() -> None:
+    # Only the service writes such a wake: the operator messaging a sub-agent from the web view
+    # (Subagents.message as the operator); an agent's message to its sub-agent comes from `parent`.
+    plan = plan_wake(Wake("operator", "run: echo hi"), subagent=True)
+    assert plan.tool is not None and plan.tool.arguments["cmd"] == "echo hi"
 
 
 # -- which a session is ----------------------------------------------------------------------------------

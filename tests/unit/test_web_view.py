@@ -93,6 +93,30 @@ async def test_cancelling_the_turn_from_the_view_stops_it_and_sets_its_wake_asid
         await browser.aclose()
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["with-its-tasks", "keeping-its-tasks"])
+async def test_cancelling_the_turn_kills_the_tasks_it_started_unless_the_operator_keeps_them(
+    tmp_path: Path, keep: bool
+) -> None:
+    # Issue 23: "Cancel turn" stopped the turn but not its task, whose end woke a new turn ~20 s later.
+    async with hive(tmp_path, hang=True) as h:
+        browser = await h.logged_in()
+        before = await h.parts.engine.run("sleep 60", wait_seconds=0)  # started before the turn: not its own
+        await h.parts.inbox.add_wake("operator", "a long job")
+        await until(lambda: h.parts.loop.current_turn is not None and h.runtime.in_turn)
+        turn = h.parts.loop.current_turn
+        started = await h.parts.engine.run("sleep 60", wait_seconds=0)
+        form = {"turn": str(turn), "csrf": await h.csrf(browser)} | ({"keep_tasks": "1"} if keep else {})
+        done = await browser.post("/cancel-turn", data=form, headers={"origin": h.origin})
+        assert done.headers["location"] == f"/?done={'cancelled-kept' if keep else 'cancelled'}&id={turn}"
+        await until(lambda: h.parts.loop.current_turn is None)  # its tasks are killed before it is over
+        owned = (await h.parts.engine.status(started.view.row.id)).row
+        assert owned.status == ("running" if keep else "killed")
+        assert (await h.parts.engine.status(before.view.row.id)).row.status == "running"
+        await anyio.sleep(0.2)
+        assert await h.parts.inbox.waiting_wakes() == [], "a killed task's end wakes no one"
+        await browser.aclose()
+
+
 async def test_a_task_a_reminder_and_a_sub_agent_are_ended_from_the_view(tmp_path: Path) -> None:
     async with hive(tmp_path) as h:
         browser = await h.logged_in()

@@ -91,6 +91,7 @@ async def hive(
                 transcript=TranscriptSink(config.state.transcripts),
                 notifier=SystemdNotifier({}),
                 policy=FAST,
+                tasks=engine,
             )
             subagents = Subagents(
                 config,

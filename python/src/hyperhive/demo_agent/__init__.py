@@ -24,7 +24,8 @@ It runs as a sub-agent when the bash server it is given (session/new, session/lo
 its env: decided per session, from that list alone. A sub-agent has no operator and must not `reply` (the
 final text of its turn is its answer to its parent), so:
 
-- from `parent` (its task is after the line `The task:`; a follow-up message is all task): `run: <cmd>`
+- from `parent`, or from `operator` (who may message a sub-agent from the web view; only the service writes
+  such a wake) (its task is after the line `The task:`; a follow-up message is all task): `run: <cmd>`
   calls `mcp__bash__run` (`wait_seconds: 0`, or N with `run <N>s:`), `delegate: <task>` calls
   `mcp__hyperhive__subagent_start`, anything else is answered with a sentence naming the task;
 - from `bash-task-<id>`, `timer` and `subagent-<id>`: the sentence the service's agent would reply, said

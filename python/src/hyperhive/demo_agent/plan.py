@@ -107,7 +107,7 @@ def plan_wake(wake: Wake, *, subagent: bool = False) -> Plan:
     source, body = wake.source, wake.body
     if source == "operator" and not subagent:
         return _order(body)
-    if source == "parent" and subagent:
+    if source in ("parent", "operator") and subagent:  # the operator may message a sub-agent (the web view)
         return _task(task_of(body))
     if source.startswith(TASK_PREFIX):
         task = source.removeprefix(TASK_PREFIX)

@@ -49,10 +49,11 @@ async def cancel_turn(parts: Parts, form: dict[str, str]) -> tuple[str, int]:
     turn = number(form, "turn")
     if parts.loop.current_turn != turn:
         raise Refused(409, f"turn {turn} is not in flight any more")
-    if parts.loop.cancel_turn() != turn:
+    keep = form.get("keep_tasks") == "1"  # else the tasks the turn started are killed with it
+    if parts.loop.cancel_turn(keep_tasks=keep) != turn:
         raise Refused(409, f"turn {turn} cannot be stopped yet (its agent is still starting); try again in a moment")
-    log.info("web view: the operator cancelled turn %d", turn)
-    return "cancelled", turn
+    log.info("web view: the operator cancelled turn %d%s", turn, " (its tasks kept)" if keep else "")
+    return ("cancelled-kept" if keep else "cancelled"), turn
 
 
 async def kill_task(parts: Parts, form: dict[str, str]) -> tuple[str, int]:

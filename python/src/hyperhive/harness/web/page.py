@@ -15,7 +15,8 @@ from hyperhive.numbers import count
 # The notes a redirect after a form may ask the page to show (`/?done=<name>&id=<number>`): text of ours.
 NOTES = {
     "sent": "wake {id} sent to the agent",
-    "cancelled": "turn {id} is being cancelled; its wakes are set aside",
+    "cancelled": "turn {id} is being cancelled, with the background tasks it started; its wakes are set aside",
+    "cancelled-kept": "turn {id} is being cancelled, its background tasks kept running; its wakes are set aside",
     "killed": "task {id} killed",
     "ended": "task {id} had ended already",
     "subagent": "sub-agent {id} cancelled",

@@ -134,7 +134,13 @@ def status(doc: Mapping[str, Any], turn: int | None) -> str:
         ("up", f"{service.get('up_secs', 0)} s"),
     ]
     dl = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in facts)
-    cancel = form("/cancel-turn", f"Cancel turn {turn}", {"turn": turn}, cls="danger") if turn is not None else ""
+    # Cancel means stop: the turn and the background tasks it started; the second keeps the tasks running.
+    cancel = (
+        form("/cancel-turn", f"Cancel turn {turn}", {"turn": turn}, cls="danger")
+        + form("/cancel-turn", f"Cancel turn {turn}, keep its tasks", {"turn": turn, "keep_tasks": 1})
+        if turn is not None
+        else ""
+    )
     return panel("status", "Agent", f'<dl class="facts">{dl}</dl>{cancel}')
 
 
