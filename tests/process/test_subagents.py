@@ -341,6 +341,46 @@ async def test_the_operator_lists_and_cancels_a_sub_agent_and_its_parent_is_told
         assert refused.returncode == 1 and "no sub-agent 7" in refused.stderr
 
 
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_a_cancelled_parent_sub_agent_runs_no_more_turns_and_the_operator_reads_one_plain_line(
+    tmp_path: Path,
+) -> None:
+    # Issue 23: cancelling sub-agent 1, whose own sub-agent 2 worked, ended 2 first: that woke the still-live 1,
+    # which ran one more turn and relayed "sub-agent 2 was its parent, sub-agent 1, was cancelled."
+    with serving(tmp_path, HIVE_SUBAGENTS=profiles(tmp_path, lead={"delegate": True}), HIVE_CANCEL_GRACE="8") as svc:
+        await call(svc, "subagent_start", task="delegate: run 25s: sleep 30", profile="lead", wait_seconds=25)
+        await wait_for(svc, "the grandchild's task running", lambda: rows(svc, "SELECT agent, status FROM tasks"))
+        assert rows(svc, "SELECT agent, status FROM tasks") == [(2, "running")]
+        lead_turns = rows(svc, "SELECT COUNT(*) FROM turns WHERE agent = 1")[0][0]
+        svc.cli("subagents", "cancel", "1")
+        await wait_for(svc, "the cancel relayed", lambda: outbox(svc))
+        await wait_for(svc, "the service idle", lambda: svc.status()["headline"]["state"] == "idle")
+        await anyio.sleep(1.0)  # nothing more comes
+        assert outbox(svc) == ["Sub-agent 1 answered: sub-agent 1 was cancelled by the operator."]
+        assert rows(svc, "SELECT COUNT(*) FROM turns WHERE agent = 1")[0][0] == lead_turns, "no turn after it"
+        assert rows(svc, "SELECT status FROM tasks") == [("killed",)]
+        child = subagent(svc, 2)
+        assert (child["state"], child["error"]) == ("cancelled", "cancelled with its parent, sub-agent 1")
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_a_sub_agent_is_never_shown_idle_while_it_is_in_a_turn_whoever_woke_it(tmp_path: Path) -> None:
+    # Issue 23: woken by its own task's end, it showed `idle · turn 26`, and the concurrency limit did not count it.
+    with serving(tmp_path) as svc:
+        seen: list[tuple[str, Any]] = []
+        await call(svc, "subagent_start", task="run: sleep 1; echo done")
+        deadline = anyio.current_time() + 60
+        while anyio.current_time() < deadline and subagent(svc, 1).get("turns", 0) < 2:
+            listed = json.loads(svc.cli("subagents", "--json").stdout)["subagents"]
+            seen += [(s["state"], s["turn"]) for s in listed]
+            await anyio.sleep(0.02)
+        assert subagent(svc, 1)["turns"] == 2 and subagent(svc, 1)["state"] == "idle"
+        assert seen and not [s for s in seen if s[0] != "working" and s[1] is not None], seen
+        assert ("working", None) in seen, "between its turns, its task running, it works"
+
+
 def test_the_sub_agent_commands_need_the_service_and_say_so(tmp_path: Path) -> None:
     env = service_env(tmp_path)
     for args in (["subagents"], ["subagents", "cancel", "1"]):
