@@ -79,6 +79,8 @@ class Web:
         answer = exchange(port, self.raw("POST", "/login", form, cookie=False, content_type=True))
         assert answer.status == 303, answer
         self.cookie = answer.headers()[b"set-cookie"].split(b";")[0].decode()
+        # The session's pages live under its base (`/s/<key>/`), where a browser sends its cookie.
+        self.base = answer.headers()[b"location"].decode().rstrip("/")
 
     def raw(
         self,
@@ -91,6 +93,8 @@ class Web:
         chunked: bool = False,
         extra: tuple[str, ...] = (),
     ) -> bytes:
+        if cookie and not path.startswith("/login"):
+            path = self.base + path
         lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", "Connection: close", *extra]
         if cookie:
             lines.append(f"Cookie: {self.cookie}")

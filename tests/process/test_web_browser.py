@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.process.web_browser import (
     Page,
+    base_url,
     browser,
     demo_service,
     logged_in,
@@ -95,7 +96,7 @@ def test_the_demo_story_streams_text_before_the_turn_ends_and_shows_the_task_the
         assert "with its sub-agents" in page.locator("#agent-0 > .stats").all_inner_texts()[1]
         screenshot(page, "3-answers-in-the-outbox.png", tmp_path)
         history = context.new_page()
-        history.goto(f"{web_url(service)}/turns")
+        history.goto(f"{base_url(page)}/turns")
         assert history.locator("table.turns tbody tr").count() >= 3
 
 

@@ -15,6 +15,7 @@ from tests.process.web_browser import (
     AXE,
     PHONE,
     Page,
+    base_url,
     browser,
     demo_service,
     logged_in,
@@ -87,7 +88,7 @@ def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) 
             assert box is not None and box["height"] < 160, f"a history row is {box} on a phone"
         for path in ("/turns", "/outbox", f"/turns/{first_turn(page)}", "/subagents/1"):
             other = context.new_page()
-            other.goto(f"{web_url(service)}{path}")
+            other.goto(f"{base_url(page)}{path}")
             fits(other)
             inside(other, "header.top button")
             above_the_fold(other, "#panel-headline")
@@ -209,7 +210,7 @@ def test_the_header_says_a_sub_agent_works_while_the_agent_is_idle(tmp_path: Pat
         screenshot(page, "headline-sub-agent.png", tmp_path)
         phone = context.new_page()
         phone.set_viewport_size(PHONE)
-        phone.goto(web_url(service))
+        phone.goto(f"{base_url(page)}/")
         phone.wait_for_selector("#stream.on")
         above_the_fold(phone, "#panel-headline")
         assert "sub-agent 1" in phone.locator("#panel-headline").inner_text()
@@ -243,8 +244,8 @@ def test_a_turns_page_has_its_whole_transcript_and_the_operators_message(tmp_pat
         # Every turn id on the page is a link to its page: the history's, the live turns', the outbox's.
         page.locator("#panel-turns tbody tr").nth(1).wait_for()
         for link in (page.locator("#panel-turns tbody tr td a").first, page.locator("article.turn .head a").first):
-            assert re.fullmatch(r"/turns/\d+", str(link.get_attribute("href")))
-        assert page.locator("#panel-outbox a[href^='/turns/']").count() >= 1
+            assert re.fullmatch(r"/s/[\w-]{22}/turns/\d+", str(link.get_attribute("href")))
+        assert page.locator("#panel-outbox a[href*='/turns/']").count() >= 1
         # The turn the message woke: what it carried (the operator's own words), and every line of it.
         page.locator("article.turn .head", has_text="from operator").first.get_by_role("link").first.click()
         page.wait_for_url(re.compile(r"/turns/\d+$"))
@@ -255,7 +256,7 @@ def test_a_turns_page_has_its_whole_transcript_and_the_operators_message(tmp_pat
             assert line in lines.inner_text(), (line, lines.inner_text())
         screenshot(page, "turn-page.png", tmp_path)
         # The sub-agent's turn its task's end woke said the whole line; its list cuts it, its page does not.
-        page.goto(f"{web_url(service)}/subagents/1")
+        page.goto(f"{base_url(page)}/subagents/1")
         said = page.locator("#panel-sub-turns tbody tr").first.locator("td.said")
         assert "w" * 300 not in said.inner_text()
         said.get_by_role("link").click()
@@ -276,7 +277,7 @@ def test_a_sub_agents_page_shows_it_and_messages_it_in_place(tmp_path: Path) -> 
         assert "run 1s: echo first answer" in page.locator("#panel-sub-task").inner_text()
         assert "first answer" in page.locator("#panel-sub-answer").inner_text()
         turns = page.locator("#panel-sub-turns tbody tr td a")
-        assert turns.count() >= 1 and re.fullmatch(r"/turns/\d+", str(turns.first.get_attribute("href")))
+        assert turns.count() >= 1 and re.fullmatch(r"/s/[\w-]{22}/turns/\d+", str(turns.first.get_attribute("href")))
         page.evaluate(MARK)
         box = page.get_by_label("Message to sub-agent 1")
         box.fill("run: echo second answer from the page")
@@ -285,7 +286,7 @@ def test_a_sub_agents_page_shows_it_and_messages_it_in_place(tmp_path: Path) -> 
         assert page.evaluate("window.__kept") == "still this page"  # posted in place, not reloaded
         screenshot(page, "sub-agent-page.png", tmp_path)
         main = context.new_page()
-        main.goto(web_url(service))
+        main.goto(f"{base_url(page)}/")
         wait_for_reply(main, "second answer from the page")  # the sub-agent did it, its parent relayed it
         page.reload()
         page.locator("#panel-sub-answer", has_text="second answer from the page").wait_for()
@@ -313,7 +314,7 @@ def test_panels_are_told_apart_and_a_cancelled_turn_does_not_end_in_the_success_
         assert success and cancelled and not success & set(cancelled), colours
         for path in ("/turns", "/outbox"):
             history = context.new_page()
-            history.goto(f"{web_url(service)}{path}")
+            history.goto(f"{base_url(page)}{path}")
             pill = history.locator("#stream").inner_text()
             assert "not live" not in pill and "reload" not in pill, pill
 
@@ -378,7 +379,7 @@ def test_axe_finds_no_serious_violation_on_any_page(tmp_path: Path) -> None:
         page.locator("#panel-turns tbody tr").first.wait_for()
         for path in ("/turns", "/outbox", "/turns?agent=1", f"/turns/{first_turn(page)}", "/subagents/1"):
             other = context.new_page()
-            other.goto(f"{web_url(service)}{path}")
+            other.goto(f"{base_url(page)}{path}")
             results.append(checked(other))
         bad = [r for r in results if r["axe"] or r["borders"]]
         assert not bad, bad

@@ -102,6 +102,14 @@ def browser(viewport: dict[str, int] = VIEWPORT, *, bypass_csp: bool = False) ->
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def base_url(page: Page) -> str:
+    """Where a logged-in page's session has its pages: the view's address and the session's base (`/s/<key>`,
+    where its cookie is sent)."""
+    found = re.match(r"(https?://[^/]+/s/[\w-]{22})/", page.url)
+    assert found is not None, page.url
+    return found.group(1)
+
+
 def logged_in(context: BrowserContext, service: Service) -> Page:
     """A page of the view, opened from the login link and following the live stream."""
     page = context.new_page()

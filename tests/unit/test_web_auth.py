@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from hyperhive.harness.web.auth import CODE_SECONDS, MAX_CODES, SESSION_SECONDS, WebAuth
+from pathlib import Path
+
+import pytest
+
+from hyperhive.harness.web.auth import CODE_SECONDS, MAX_CODES, MAX_REVOKED, SESSION_SECONDS, WebAuth
+from hyperhive.harness.web.files import WebError
 
 KEY = b"k" * 43
 
@@ -32,29 +37,57 @@ def test_a_session_cookie_proves_its_session_until_it_expires_or_is_logged_out()
     auth = WebAuth(KEY)
     value = auth.new_session(now=1000.0)
     headers = cookie_header(auth, value)
-    sid = auth.session(headers, now=1001.0)
+    base = auth.base_of(value)
+    sid = auth.session(headers, base, now=1001.0)
     assert sid is not None and value.startswith(sid + ".")
-    assert auth.session(headers, now=1000.0 + SESSION_SECONDS + 1) is None
-    auth.revoke(headers, now=1002.0)
-    assert auth.session(headers, now=1003.0) is None
+    assert auth.session(headers, base, now=1000.0 + SESSION_SECONDS + 1) is None
+    assert auth.session(headers, None, now=1001.0) is None  # off its base, as no cookie
+    assert auth.session(headers, auth.base_of(auth.new_session()), now=1001.0) is None
+    auth.revoke(headers, base, now=1002.0)
+    assert auth.session(headers, base, now=1003.0) is None
+
+
+def test_a_logout_survives_a_restart_and_the_list_is_bounded(tmp_path: Path) -> None:
+    """Issue 24, 4: revocations lived in memory, and a logged-out cookie worked again after a restart."""
+    path = tmp_path / "web-revoked.json"
+    auth = WebAuth(KEY, path)
+    value = auth.new_session()
+    headers, base = cookie_header(auth, value), auth.base_of(value)
+    assert auth.revoke(headers, base)
+    auth.save()
+    again = WebAuth(KEY, path)
+    assert again.session(headers, base) is None
+    kept = auth.new_session()
+    assert again.session(cookie_header(again, kept), auth.base_of(kept)) is not None
+    for _ in range(MAX_REVOKED + 10):
+        one = auth.new_session()
+        auth.revoke(cookie_header(auth, one), auth.base_of(one))
+    auth.save()
+    assert len(path.read_text()) < MAX_REVOKED * 64
+    path.write_text("not json")
+    with pytest.raises(WebError, match="unreadable"):
+        WebAuth(KEY, path)
 
 
 def test_a_forged_or_foreign_cookie_proves_nothing() -> None:
     auth = WebAuth(KEY)
     sid, expires, mac = auth.new_session(now=1000.0).split(".")
     other = WebAuth(b"o" * 43)
-    assert auth.session(cookie_header(auth, f"{sid}.{int(expires) + 10**6}.{mac}"), now=1001.0) is None
-    assert auth.session(cookie_header(auth, f"{sid}x.{expires}.{mac}"), now=1001.0) is None
-    assert auth.session(cookie_header(auth, other.new_session(now=1000.0)), now=1001.0) is None
-    assert auth.session([(b"cookie", b"garbage")], now=1001.0) is None
+    base = auth.base(sid)
+    assert auth.session(cookie_header(auth, f"{sid}.{int(expires) + 10**6}.{mac}"), base, now=1001.0) is None
+    assert auth.session(cookie_header(auth, f"{sid}x.{expires}.{mac}"), auth.base(f"{sid}x"), now=1001.0) is None
+    foreign = other.new_session(now=1000.0)
+    assert auth.session(cookie_header(auth, foreign), auth.base_of(foreign), now=1001.0) is None
+    assert auth.session([(b"cookie", b"garbage")], base, now=1001.0) is None
     assert other.cookie_name != auth.cookie_name  # two services on one host keep their cookies apart
 
 
 def test_the_cookie_is_httponly_and_samesite_strict_and_secure_over_https() -> None:
     auth = WebAuth(KEY)
-    plain = auth.cookie("v", secure=False).decode()
-    assert "HttpOnly" in plain and "SameSite=Strict" in plain and "Path=/" in plain and "Secure" not in plain
-    assert "; Secure" in auth.cookie("v", secure=True).decode()
+    plain = auth.cookie("v.1.m", secure=False).decode()
+    assert "HttpOnly" in plain and "SameSite=Strict" in plain and "Secure" not in plain
+    assert f"Path={auth.base('v')}/;" in plain  # sent back under its session's base only
+    assert "; Secure" in auth.cookie("v.1.m", secure=True).decode()
 
 
 def test_a_csrf_token_is_its_sessions_own() -> None:

@@ -176,22 +176,23 @@ async def test_a_sub_agents_page_shows_its_task_answer_turns_and_children_and_me
         page = (await browser.get(f"/subagents/{row.id}")).text
         assert "count the files &lt;i&gt;here&lt;/i&gt;" in page and answer in page
         turns = await h.parts.inbox.for_agent(row.id).turns_before(None, 5)
-        assert turns and f'<a href="/turns/{turns[0].id}">{turns[0].id}</a>' in page
-        assert f'<a href="/subagents/{child.id}">sub-agent {child.id}</a>' in page
-        assert 'action="/subagents/message"' in page and f"Message to sub-agent {row.id}" in page
+        base = h.base(browser)
+        assert turns and f'<a href="{base}/turns/{turns[0].id}">{turns[0].id}</a>' in page
+        assert f'<a href="{base}/subagents/{child.id}">sub-agent {child.id}</a>' in page
+        assert f'action="{base}/subagents/message"' in page and f"Message to sub-agent {row.id}" in page
         csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
         form = {"id": str(row.id), "body": "one more thing", "csrf": csrf, "back": f"/subagents/{row.id}"}
         sent = await browser.post("/subagents/message", data=form, headers={"origin": h.origin})
         assert sent.status_code == 303, sent.text
-        assert sent.headers["location"] == f"/subagents/{row.id}?done=messaged&id={row.id}"
+        assert sent.headers["location"] == f"{base}/subagents/{row.id}?done=messaged&id={row.id}"
         await until(lambda: any("one more thing" in p for p in h.subs[row.id].prompts))
-        again = (await browser.get(sent.headers["location"])).text
+        again = (await browser.get(sent.headers["location"].removeprefix(base))).text
         assert f"message sent to sub-agent {row.id}" in again
         forged = await browser.post("/subagents/message", data=form | {"csrf": "x"}, headers={"origin": h.origin})
         assert forged.status_code == 403
         elsewhere = await browser.post(
             "/subagents/message", data=form | {"back": "//evil.example/x"}, headers={"origin": h.origin}
         )
-        assert elsewhere.headers["location"].startswith("/?done=messaged")  # never a redirect elsewhere
+        assert elsewhere.headers["location"].startswith(f"{base}/?done=messaged")  # never a redirect elsewhere
         assert (await browser.get("/subagents/999")).status_code == 404
         await browser.aclose()

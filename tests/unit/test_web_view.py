@@ -5,6 +5,7 @@ service: tests/process/test_web_browser.py."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 from pathlib import Path
@@ -27,10 +28,12 @@ async def test_a_login_code_is_exchanged_once_for_an_httponly_samesite_strict_co
         link = h.web.login_link()
         assert link["url"] == f"{h.url}/login#code={link['code']}"  # the code in the fragment only
         answer = await browser.post("/login", data={"code": link["code"]}, headers={"origin": h.origin})
-        assert answer.status_code == 303 and answer.headers["location"] == "/"
+        base = answer.headers["location"]
+        assert answer.status_code == 303 and re.fullmatch(r"/s/[\w-]{22}/", base)  # the session's own base
         cookie = answer.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        assert (await browser.get("/")).status_code == 200
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={base};" in cookie
+        assert (await browser.get(base)).status_code == 200
+        assert (await browser.get("/")).status_code == 303  # its cookie is good under its base only
         async with h.client() as again:
             replayed = await again.post("/login", data={"code": link["code"]}, headers={"origin": h.origin})
             assert replayed.status_code == 403 and "set-cookie" not in replayed.headers
@@ -44,7 +47,7 @@ async def test_every_page_and_the_stream_are_refused_without_the_cookie(tmp_path
     async with hive(tmp_path) as h, h.client() as stranger:
         for path in ("/", "/turns", "/outbox"):
             answer = await stranger.get(path)
-            assert (answer.status_code, answer.headers.get("location")) == (303, "/login")
+            assert answer.status_code == 303 and answer.headers.get("location", "").startswith("/login")
         assert (await stranger.get("/events")).status_code == 401
         posted = await stranger.post("/send", data={"body": "hi"}, headers={"origin": h.origin})
         assert posted.status_code == 401
@@ -71,7 +74,7 @@ async def test_a_send_stores_one_operator_wake_even_when_the_form_is_posted_twic
         first = await browser.post("/send", data=form, headers={"origin": h.origin})
         second = await browser.post("/send", data=form, headers={"origin": h.origin})
         assert first.headers["location"] == second.headers["location"]
-        assert first.headers["location"].startswith("/?done=sent&id=")
+        assert first.headers["location"].startswith(f"{h.base(browser)}/?done=sent&id=")
         await until(lambda: h.runtime.prompts != [])
         assert len(h.runtime.prompts) == 1 and "from operator" in h.runtime.prompts[0]
         await browser.aclose()
@@ -87,7 +90,7 @@ async def test_cancelling_the_turn_from_the_view_stops_it_and_sets_its_wake_asid
         stale = await browser.post("/cancel-turn", data={"turn": "999", "csrf": csrf}, headers={"origin": h.origin})
         assert stale.status_code == 409 and h.runtime.in_turn  # another turn's button cancels nothing
         done = await browser.post("/cancel-turn", data={"turn": str(turn), "csrf": csrf}, headers={"origin": h.origin})
-        assert done.headers["location"] == f"/?done=cancelled&id={turn}"
+        assert done.headers["location"] == f"{h.base(browser)}/?done=cancelled&id={turn}"
         await until(lambda: h.parts.loop.current_turn is None)
         assert (await h.parts.inbox.counts()).set_aside == 1
         await browser.aclose()
@@ -107,7 +110,9 @@ async def test_cancelling_the_turn_kills_the_tasks_it_started_unless_the_operato
         started = await h.parts.engine.run("sleep 60", wait_seconds=0)
         form = {"turn": str(turn), "csrf": await h.csrf(browser)} | ({"keep_tasks": "1"} if keep else {})
         done = await browser.post("/cancel-turn", data=form, headers={"origin": h.origin})
-        assert done.headers["location"] == f"/?done={'cancelled-kept' if keep else 'cancelled'}&id={turn}"
+        assert (
+            done.headers["location"] == f"{h.base(browser)}/?done={'cancelled-kept' if keep else 'cancelled'}&id={turn}"
+        )
         await until(lambda: h.parts.loop.current_turn is None)  # its tasks are killed before it is over
         owned = (await h.parts.engine.status(started.view.row.id)).row
         assert owned.status == ("running" if keep else "killed")
@@ -153,7 +158,7 @@ async def test_a_stream_resumed_with_the_last_event_id_misses_no_line_and_repeat
         for i in range(3):
             feed.publish_line(1, line(f"before {i}"))
         page = (await browser.get("/")).text
-        after = page.split('data-events="', 1)[1].split('"', 1)[0]
+        after = page.split('data-events="', 1)[1].split('"', 1)[0].removeprefix(h.base(browser))
         assert all(f"before {i}" in page for i in range(3))
 
         async def publish_later() -> None:
@@ -236,7 +241,8 @@ async def test_a_page_that_stops_reading_is_dropped_once_its_own_queue_is_full(t
         stalled = socket.socket()
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # set before connecting: no autotuning
         stalled.connect(("127.0.0.1", port))
-        stalled.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
+        events_path = f"{h.base(browser)}/events"
+        stalled.sendall(f"GET {events_path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n".encode())
         await until(lambda: h.parts.feed.subscribers == 1)
         # A page shows 64 Ki characters of a block: the socket's buffers (4 MiB here) take some 64 of them, then
         # the page's own queue of whole events (4 MiB) fills in five.

@@ -55,7 +55,15 @@ class Hive:
         code = self.web.login_link()["code"]
         answer = await client.post("/login", data={"code": code}, headers={"origin": self.origin})
         assert answer.status_code == 303, answer.text
+        # The session's pages live under its base (`/s/<key>/`), where its cookie is sent: the client's paths
+        # are under it from now on.
+        client.base_url = httpx.URL(self.url + answer.headers["location"].rstrip("/"))
         return client
+
+    @staticmethod
+    def base(client: httpx.AsyncClient) -> str:
+        """The session's base a logged-in client's paths are under (`/s/<key>`)."""
+        return client.base_url.path.rstrip("/")
 
     async def csrf(self, client: httpx.AsyncClient) -> str:
         page = (await client.get("/")).text

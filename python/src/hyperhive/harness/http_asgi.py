@@ -3,8 +3,10 @@ scope built from its head, and the exchange through which the app reads the requ
 
 The `http` scope (spec 2.3) only; no lifespan (the caller runs what the app needs around `serve_http`), no
 websockets. The app gets the whole body in one `http.request` message (read before it is called), and
-`http.disconnect` once the answer is complete or the client is gone; nothing reads the socket while the app
-works on a request, so a client leaving mid-request is noticed at the answer (a streaming answer's writes).
+`http.disconnect` once the answer is complete or the client is gone. Nothing reads the socket while the app
+works on a request, until its answer has begun and it waits for `http.disconnect` (a stream does): from then
+the connection is watched, and a client that hangs up is noticed at once (its end of the connection read),
+not at the next write that fails (a closed page held its stream's place until its next heartbeat, 15 s).
 
 A HEAD request is served as a GET (its scope says GET, to admission and to the app alike): the client gets
 the status and headers the GET's answer has, and no body (RFC 9110, 9.3.2); the answer ends with its head,
@@ -66,6 +68,7 @@ class Exchange:
         self._head: h11.Response | None = None
         self._body: bytes | None = body
         self._over = anyio.Event()  # answered, failed or the client gone: `receive` says disconnect
+        self._watching = False  # a `receive` watches the connection for the client's hang-up
 
     def finish(self) -> None:
         self._over.set()
@@ -74,8 +77,22 @@ class Exchange:
         if self._body is not None:
             body, self._body = self._body, None
             return {"type": "http.request", "body": body, "more_body": False}
+        if self.started and not self._watching and not self._over.is_set():
+            # The answer has begun and the app waits to hear the client left: watch for it, until it is over.
+            self._watching = True
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch)
+                    await self._over.wait()
+                    tg.cancel_scope.cancel()
+            finally:
+                self._watching = False
         await self._over.wait()
         return {"type": "http.disconnect"}
+
+    async def _watch(self) -> None:
+        await self.conn.hang_up_seen()
+        self._over.set()
 
     async def send(self, message: Message) -> None:
         conn = self.conn

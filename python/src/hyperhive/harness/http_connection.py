@@ -213,6 +213,18 @@ class Connection:
         self.h11.receive_data(data)
         return data
 
+    async def hang_up_seen(self) -> None:
+        """Returns once the client has hung up (the connection marked lost), while an answer is under way: what
+        it sends meanwhile (a pipelined request) is kept for h11, up to a head's bound, then no more is read."""
+        taken = 0
+        while taken <= MAX_HEAD_BYTES:
+            data = await self.read()
+            if not data:
+                self.lost = True
+                return
+            taken += len(data)
+        await anyio.sleep_forever()
+
     async def write(self, data: bytes) -> None:
         if self.lost:
             return

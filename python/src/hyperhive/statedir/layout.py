@@ -11,6 +11,7 @@
       web-token               0600  the web view's secret: its login cookies are signed with it (kept across
                                     restarts; deleting it logs every browser out)
       web.json                0600  where the web view is served, while it is
+      web-revoked.json        0600  the web view's sessions logged out before they expire (kept across restarts)
       harness/                0700
         bash-tasks/           0700  the task engine's `<id>.out` and `<id>.err`, 0600
         children/             0700  the process groups the service leads, a `<pid>` file each, 0600
@@ -40,6 +41,7 @@ ENDPOINT = "http.json"
 CLAUDE_MCP_CONFIG = "claude-mcp.json"
 WEB_TOKEN = "web-token"
 WEB_ENDPOINT = "web.json"
+WEB_REVOKED = "web-revoked.json"
 HARNESS = "harness"
 TASKS = f"{HARNESS}/bash-tasks"
 CHILDREN = f"{HARNESS}/children"
@@ -76,6 +78,7 @@ LAYOUT: tuple[Entry, ...] = (
     Entry(CLAUDE_MCP_CONFIG, "file", FILE_MODE, "claude's MCP configuration"),
     Entry(WEB_TOKEN, "file", FILE_MODE, "the web view's secret"),
     Entry(WEB_ENDPOINT, "file", FILE_MODE, "the web view's address"),
+    Entry(WEB_REVOKED, "file", FILE_MODE, "the web view's sessions logged out"),
     Entry(HARNESS, "dir", DIR_MODE, "the harness's folders"),
     Entry(TASKS, "dir", DIR_MODE, "the tasks' output"),
     Entry(f"{TASKS}/*.out", "file", FILE_MODE, "a task's stdout"),
@@ -159,6 +162,10 @@ class StateDir:
     @property
     def web_endpoint(self) -> Path:
         return self._at(WEB_ENDPOINT)
+
+    @property
+    def web_revoked(self) -> Path:
+        return self._at(WEB_REVOKED)
 
     @property
     def tasks(self) -> Path:

@@ -35,13 +35,13 @@ from hyperhive.harness.http_limits import DEFAULT_LIMITS
 from hyperhive.harness.http_server import serve_http
 from hyperhive.harness.web import detail, page
 from hyperhive.harness.web.actions import ACTIONS, Refused
-from hyperhive.harness.web.auth import CODE_SECONDS, WebAuth
+from hyperhive.harness.web.auth import CODE_SECONDS, WebAuth, split_base
 from hyperhive.harness.web.files import WebEndpoint, WebError, load_secret, remove_endpoint, write_endpoint
 from hyperhive.harness.web.gate import ONE, WebGate
 from hyperhive.harness.web.lines import turns_of
 from hyperhive.harness.web.panels import CSRF, NAMES, clock, outbox_items, title, turn_rows
 from hyperhive.harness.web.source import Panels, Parts, after_id, carried, live_turns
-from hyperhive.harness.web.stream import LIFETIME, Streams
+from hyperhive.harness.web.stream import LIFETIME, Streams, rebase
 from hyperhive.harness.web.transcript import TurnLines, turn_lines
 from hyperhive.numbers import count
 from hyperhive.statedir.layout import transcript
@@ -91,6 +91,7 @@ class Request:
     scope: Scope
     receive: Receive
     send: Send
+    base: str = ""  # the session's base its pages live under (web/auth.py): its links and redirects are under it
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -120,10 +121,12 @@ class Request:
         await self.send({"type": "http.response.body", "body": body})
 
     async def html(self, status: int, text: str, *extra: tuple[bytes, bytes]) -> None:
-        await self.answer(status, text.encode("utf-8", "surrogatepass"), [_HTML, *extra])
+        await self.answer(status, rebase(text, self.base).encode("utf-8", "surrogatepass"), [_HTML, *extra])
 
     async def redirect(self, where: str, *extra: tuple[bytes, bytes]) -> None:
-        await self.answer(303, b"", [(b"location", where.encode()), *extra])
+        """To a page of the view: under the session's base (`/login` is never under one)."""
+        target = where if where.startswith("/login") else self.base + where
+        await self.answer(303, b"", [(b"location", target.encode()), *extra])
 
 
 class WebApp:
@@ -140,13 +143,15 @@ class WebApp:
         stream = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"x-accel-buffering", b"no")]
         self.streams = Streams(parts, self.panels, [*SECURITY, *stream])
         self.static = _static()
+        self._saving = anyio.Lock()
         self._secure_hosts = {h.encode() for h in secure_hosts or ()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        request = Request(scope, receive, send)
-        path, method = scope["path"], scope["method"]
+        base, path = split_base(scope["path"])
+        method = scope["method"]
+        request = Request(scope, receive, send, base or "")
         if path == "/favicon.ico":
             await request.answer(204, b"", [])
             return
@@ -154,10 +159,10 @@ class WebApp:
             body, kind = self.static[path]
             await request.answer(200, body, [(b"content-type", kind)])
             return
-        if path == "/login":
+        if path == "/login" and base is None:
             await (self.login(request) if method == "POST" else request.html(200, page.login()))
             return
-        sid = self.auth.session(request.headers)
+        sid = self.auth.session(request.headers, base)
         if sid is None:  # the gate let nothing through without it: a cookie that expired in between
             await request.answer(401, b"log in first\n", [(b"content-type", b"text/plain")])
             return
@@ -166,7 +171,7 @@ class WebApp:
             if method == "POST":
                 await self.post(request, path, sid)
             elif path == "/events":
-                await self.streams.serve(scope, receive, send, csrf)
+                await self.streams.serve(scope, receive, send, csrf, request.base)
             elif path == "/":
                 await request.html(200, (await self.main(request)).replace(CSRF, csrf))
             elif path == "/turns":
@@ -283,7 +288,9 @@ class WebApp:
             await request.html(403, page.login(again))
             return
         log.info("web view: a browser logged in")
-        cookie = self.auth.cookie(self.auth.new_session(), secure=self._secure(request))
+        value = self.auth.new_session()
+        cookie = self.auth.cookie(value, secure=self._secure(request))
+        request.base = self.auth.base_of(value)
         await request.redirect("/", (b"set-cookie", cookie))
 
     async def post(self, request: Request, path: str, sid: str) -> None:
@@ -292,8 +299,11 @@ class WebApp:
             log.warning("web view: a form without this session's CSRF token was refused (%s)", path)
             raise Refused(403, "this form is not one of this page's (its CSRF token is wrong): reload the page")
         if path == "/logout":
-            self.auth.revoke(request.headers)
-            await request.redirect("/login", (b"set-cookie", self.auth.expired_cookie(secure=self._secure(request))))
+            if self.auth.revoke(request.headers, request.base):
+                async with self._saving:  # one write at a time, each of the whole list as it is then
+                    await anyio.to_thread.run_sync(self.auth.save)
+            expired = self.auth.expired_cookie(request.base, secure=self._secure(request))
+            await request.redirect("/login?again", (b"set-cookie", expired))
             return
         done, acted_on = await ACTIONS[path](self.parts, form)
         back = form.get("back", "")
@@ -310,7 +320,7 @@ class WebView:
     def __init__(self, config: Config, parts: Parts) -> None:
         self.config = config
         self.parts = parts
-        self.auth = WebAuth(load_secret(config.state_dir))
+        self.auth = WebAuth(load_secret(config.state_dir), config.state.web_revoked)
         self.url: str | None = None
 
     def login_link(self) -> dict[str, Any]:

@@ -4,8 +4,11 @@ In order: `Host` must name the view (127.0.0.1, localhost or [::1] with its port
 origin it is served under through a proxy: else 421, the DNS-rebinding check the tools make); an `Origin`,
 when sent, must be the view's (else 403: another site's page posting here); the path must be one of
 `ROUTES` with its method, or the page of one turn or sub-agent (`ONE`: GET) (404, 405); and every route but
-the login page and the static files needs the session cookie (web/auth.py): a page asked for without it is
-sent to /login (303), anything else is 401.
+the login page and the static files lives under a session's base (`/s/<key>/turns`, web/auth.py) and needs
+that session's cookie: a cookie is good under its own base only, so a cookie a page on another port got
+opens nothing there (it is never sent to `/`, and without the base it is worthless). A page asked for
+without both is sent to /login (303; `?next=` the page, `?again` when a base's session is over), anything
+else is 401.
 A refused request's body is never read. CSRF tokens are checked by the app, once the form is read.
 The login page, its form and the static files, asked for without the cookie, are admitted as anyone's
 (`PUBLIC`): within the server's small budget for those, never in the places of the operator's requests; a
@@ -16,10 +19,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from hyperhive.harness.http_asgi import Scope
 from hyperhive.harness.http_limits import Admitted, Refusal
-from hyperhive.harness.web.auth import WebAuth
+from hyperhive.harness.web.auth import WebAuth, split_base
 
 _TEXT = (b"content-type", b"text/plain; charset=utf-8")
 # A login form holds a code of 32 characters and its field name.
@@ -83,16 +87,25 @@ class WebGate:
         origins = [v.lower() for n, v in headers if n == b"origin"]
         if len(origins) > 1 or (origins and origins[0] not in self.origins):
             return _refusal(403, "requests from other origins are refused\n")
-        route = route_of(scope["path"])
-        if route is None:
+        base, path = split_base(scope["path"])
+        route = route_of(path)
+        if route is None or (base is not None and path == "/login"):
             return _refusal(404, "not found\n")
         if scope["method"] not in route.methods:
             return _refusal(405, "method not allowed\n", (b"allow", ", ".join(route.methods).encode()))
-        if route.public:
-            bound = MAX_LOGIN_BODY if scope["path"] == "/login" else None
-            return Admitted(public=self.auth.session(headers) is None, max_body=bound)
-        if self.auth.session(headers) is None:
+        if base is None and route.public:
+            return Admitted(public=True, max_body=MAX_LOGIN_BODY if path == "/login" else None)
+        if self.auth.session(headers, base) is None:
             if route.page:
-                return _refusal(303, "log in first: /login\n", (b"location", b"/login"))
+                login = _login_after(path, scope.get("query_string", b"")) if base is None else b"/login?again"
+                return _refusal(303, "log in first: /login\n", (b"location", login))
             return _refusal(401, "log in first: run `hyperhive web-login` and open its link\n")
         return None
+
+
+def _login_after(path: str, query: bytes) -> bytes:
+    """The login page, naming the page asked for (its script goes there under the browser's session)."""
+    if path == "/":
+        return b"/login"
+    target = path + ("?" + query.decode("latin-1") if query else "")
+    return b"/login?next=" + quote(target, safe="").encode("ascii")

@@ -17,13 +17,25 @@ away, and keeps a proxy from closing the connection); while a turn or a task run
 looked at every `TICK` (their output tails grow without events, and a task starts before its tool answers);
 a panel is sent only when it differs from what the page has. A stream lasts `LIFETIME` at most, then ends
 and the browser resumes it: no connection is held for ever.
+
+A page sent whole is cheap and paced. One drawing of the kept turns (`Whole`, encoded once) serves every
+stream that needs one while at most `SHARED_EVENTS` events came after it: each goes on from the event that
+drawing was made after, the events since replayed from the feed (as a resume is), so reconnects cost one
+drawing between them, not one each (a session's base is put in its links on the encoded message). And a
+session is sent whole at most `PACE_BURST` times at once, then once per `PACE` seconds: a stream asked for
+faster (a page in a loop, an id that never resumes) waits for its session's next turn
+before it is answered, up to `PACE_WAIT` seconds; past that it is answered `retry:` and nothing else after
+a second's wait, never a drawing (one looping client held 99 % of a core, `status` at 86 ms median). Those
+waiting count among the `MAX_STREAMS`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -46,6 +58,13 @@ MAX_STREAMS = 32
 # most this much of their HTML (a text block shows up to 64 Ki characters, escaped several times that).
 OPS_KEPT = 512
 OPS_BYTES = 4 << 20
+# A drawing of the kept turns serves the streams that need one while at most this many events followed it.
+SHARED_EVENTS = 256
+# A session is sent whole this many times at once, then once per `PACE` seconds (a token bucket).
+PACE = 1.0
+PACE_BURST = 4
+PACE_WAIT = 5.0  # a stream waits this long at most for its session's turn; past that it is told to retry
+PACED_SESSIONS = 256  # sessions whose pace is kept (each a few bytes); the fullest go first
 # The order a batch's panels are drawn and sent in: one read each first, the status (several reads) last.
 DRAWN_FIRST = ("queue", "outbox", "tasks", "subagents", "turns", "status", "headline")
 
@@ -59,12 +78,45 @@ def parse_after(value: str | None, epoch: str) -> int | None:
     return count(seq) if head == epoch else None
 
 
+# The attributes whose value is a path of the view: under a session's base on its pages (`rebase`).
+_LINKS = ('href="/', 'action="/', 'src="/', 'data-events="/')
+
+
+def rebase_encoded(data: bytes, base: str) -> bytes:
+    """`rebase` on HTML encoded in a message's JSON (its quotes escaped)."""
+    if not base:
+        return data
+    for link in _LINKS:
+        escaped = link.replace('"', '\\"').encode()
+        data = data.replace(escaped, escaped + f"{base[1:]}/".encode())
+    return data
+
+
+def rebase(html: str, base: str) -> str:
+    """HTML of ours with its links, forms, script, style and stream under the session's base (`/s/<key>`,
+    web/auth.py), where the session's cookie is sent. Text from outside cannot match: its quotes are escaped."""
+    if not base:
+        return html
+    for link in _LINKS:
+        html = html.replace(link, f"{link}{base[1:]}/")
+    return html
+
+
 def frame(data: Any = None, *, event_id: str | None = None) -> bytes:
     """One SSE event: its id, and its data as one line of JSON (no newline can split it)."""
     out = f"id: {event_id}\n" if event_id is not None else ""
     if data is not None:
         out += "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
     return (out + "\n").encode("utf-8", "surrogatepass")
+
+
+@dataclass
+class Whole:
+    """The kept turns drawn whole after event `seq`, as the stream's message replacing the page's (its links
+    under no base yet)."""
+
+    seq: int
+    message: bytes
 
 
 class Streams:
@@ -77,6 +129,10 @@ class Streams:
         self._open: set[Subscription] = set()
         self._ops: OrderedDict[int, tuple[list[dict[str, Any]], int]] = OrderedDict()
         self._ops_bytes = 0
+        self._whole: Whole | None = None
+        self._pace: dict[str, tuple[float, float]] = {}  # session → (tokens, when counted)
+        self._waiting = 0  # streams waiting for their session's turn to be sent whole
+        self.drawings = 0  # how many times the kept turns were drawn whole
 
     @property
     def count(self) -> int:
@@ -99,8 +155,8 @@ class Streams:
             self._ops_bytes -= self._ops.popitem(last=False)[1][1]
         return ops
 
-    async def serve(self, scope: Scope, receive: Receive, send: Send, csrf: str) -> None:
-        if len(self._open) >= MAX_STREAMS:
+    async def serve(self, scope: Scope, receive: Receive, send: Send, csrf: str, base: str = "") -> None:
+        if len(self._open) + self._waiting >= MAX_STREAMS:
             body = f"{MAX_STREAMS} pages follow this service already; close one\n".encode()
             await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/plain")]})
             await send({"type": "http.response.body", "body": body})
@@ -110,29 +166,76 @@ class Streams:
         query = parse_qs(scope["query_string"].decode("latin-1")).get("after", [None])[0]
         after = parse_after(header if header is not None else query, feed.epoch)
         sub = feed.subscribe(after)
-        whole = None if after is not None and not sub.gap else live_turns(self.parts)  # with the subscription
+        whole = None
+        if after is None or sub.gap:  # the page is sent whole: paced, and drawn once for many
+            sub.close()
+            wait = self._paced(csrf)
+            if wait > 0:
+                self._waiting += 1
+                try:
+                    await anyio.sleep(min(wait, PACE))  # a client that ignores `retry:` is paced all the same
+                finally:
+                    self._waiting -= 1
+            if wait > PACE_WAIT:
+                await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+                retry = f"retry: {math.ceil((wait - PACE) * 1000)}\n\n".encode()
+                await send({"type": "http.response.body", "body": retry, "more_body": False})
+                return
+            if wait > PACE:
+                self._waiting += 1
+                try:
+                    await anyio.sleep(wait - PACE)
+                finally:
+                    self._waiting -= 1
+            sub, whole = self._drawn_whole()
         self._open.add(sub)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_hang_up_on_disconnect, receive, tg.cancel_scope)
-                await self._follow(sub, whole, send, csrf)
+                await self._follow(sub, whole, _Page(send, csrf, base))
                 tg.cancel_scope.cancel()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             sub.close()
             self._open.discard(sub)
 
-    async def _follow(
-        self, sub: Subscription, whole: tuple[int, list[lines.TurnView]] | None, send: Send, csrf: str
-    ) -> None:
-        page = _Page(send, csrf)
+    def _paced(self, session: str) -> float:
+        """How long a stream of `session` waits before it is sent whole (0: at once): its turn taken, unless
+        the wait would pass `PACE_WAIT` (then it is told to retry, and takes none)."""
+        now = anyio.current_time()
+        tokens, then = self._pace.get(session, (float(PACE_BURST), now))
+        tokens = min(float(PACE_BURST), tokens + (now - then) / PACE)
+        wait = max(0.0, (1 - tokens) * PACE)
+        self._pace[session] = (tokens - 1 if wait <= PACE_WAIT else tokens, now)
+        if len(self._pace) > PACED_SESSIONS:  # bounded: the session with the most turns left goes first
+            del self._pace[max(self._pace, key=lambda s: self._pace[s][0])]
+        return wait
+
+    def _drawn_whole(self) -> tuple[Subscription, Whole]:
+        """A subscription and the drawing of the kept turns it goes on from: the last one, when at most
+        `SHARED_EVENTS` events followed it and the feed still keeps them, or a new one."""
+        feed = self.parts.feed
+        last = self._whole
+        if last is not None and feed.seq - last.seq <= SHARED_EVENTS:
+            sub = feed.subscribe(last.seq)
+            if not sub.gap:
+                return sub, last
+            sub.close()
+        sub = feed.subscribe(None)
+        seq, views = live_turns(self.parts)  # with the subscription: nothing happens between the two
+        self.drawings += 1
+        html = f'<div id="{lines.LIVE}">{"".join(v.html for v in views)}</div>'
+        self._whole = Whole(
+            seq, frame([{"op": "replace", "id": lines.LIVE, "html": html}], event_id=after_id(feed, seq))
+        )
+        return sub, self._whole
+
+    async def _follow(self, sub: Subscription, whole: Whole | None, page: _Page) -> None:
+        send = page.send
         out = [f"retry: {RETRY_MS}\n\n".encode()]
         if whole is not None:
-            seq, views = whole
-            html = f'<div id="{lines.LIVE}">{"".join(v.html for v in views)}</div>'
-            replace = {"op": "replace", "id": lines.LIVE, "html": html}
-            out.append(frame([replace], event_id=after_id(self.parts.feed, seq)))
+            out.append(rebase_encoded(whole.message, page.base))
         drawn = [(name, await self.panels.get(name, after=sub.next_seq - 1)) for name in panels.NAMES]
         out.append(page.panels(drawn, event_id=after_id(self.parts.feed, sub.next_seq - 1)) or b"")
         await _write(send, out)
@@ -172,7 +275,7 @@ class Streams:
             ops = self.ops_of(seq, event)
             last = seq
             if ops:
-                out.append(frame(ops, event_id=after_id(self.parts.feed, seq)))
+                out.append(frame(page.rebased(ops), event_id=after_id(self.parts.feed, seq)))
             changed |= touched(event)
         if out:
             await _write(page.send, out)
@@ -196,10 +299,17 @@ class Streams:
 class _Page:
     """One open page as its stream knows it: where it writes, its CSRF token, the panels it has."""
 
-    def __init__(self, send: Send, csrf: str) -> None:
+    def __init__(self, send: Send, csrf: str, base: str) -> None:
         self.send = send
         self.csrf = csrf
+        self.base = base
         self.has: dict[str, str] = {}
+
+    def rebased(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The shared ops of an event with their links under this page's base."""
+        if not self.base:
+            return ops
+        return [{**op, "html": rebase(op["html"], self.base)} if "html" in op else op for op in ops]
 
     def panels(self, drawn: list[tuple[str, str]], event_id: str | None = None) -> bytes | None:
         """A message replacing the panels the page does not have as drawn (None: it has them all). With the
@@ -209,7 +319,8 @@ class _Page:
         for name, html in drawn:
             if self.has.get(name) != html:
                 self.has[name] = html
-                ops.append({"op": "replace", "id": f"panel-{name}", "html": html.replace(panels.CSRF, self.csrf)})
+                drawn_here = rebase(html.replace(panels.CSRF, self.csrf), self.base)
+                ops.append({"op": "replace", "id": f"panel-{name}", "html": drawn_here})
         return frame(ops, event_id=event_id) if ops else None
 
 

@@ -3,7 +3,11 @@
 //
 // The live stream (harness/web/stream.py): every message is a list of changes to the page, each an element's
 // HTML as the server drew it (every text in it escaped there). The browser resumes a lost stream by itself,
-// with the id of the last message it got.
+// with the id of the last message it got; a stream refused (503 when 32 pages follow the service already, or
+// the session over) is asked for again by the page, after 1 s, then twice as long each time up to 30 s.
+//
+// Every page lives under the session's base (`/s/<key>/`, where its cookie is sent: harness/web/auth.py);
+// the base is kept in this origin's localStorage, so that the login page can take a logged-in browser back.
 //
 // The forms: posted with fetch, so that the page stays as it was (open details, the scroll); the answer is
 // the page the form's redirect leads to, whose note is shown for a while and whose panels replace the
@@ -13,11 +17,21 @@
 "use strict";
 (() => {
   const NOTE_MS = 8000; // how long a form's note stays
+  const RETRY_FIRST_MS = 1000; // a refused stream is asked for again after this, doubled each time
+  const RETRY_MAX_MS = 30000;
   const SAID_KEPT = 5; // what the live region keeps of what it said
   const live = document.getElementById("live");
   const pill = document.getElementById("stream");
   const region = document.getElementById("announce");
   document.documentElement.classList.add("js");
+  const base = /^\/s\/[A-Za-z0-9_-]{22}(?=\/)/.exec(location.pathname);
+  if (base) {
+    try {
+      localStorage.setItem("hyperhive-base", base[0]);
+    } catch {
+      // storage off: the login page cannot take this browser back, nothing else changes
+    }
+  }
 
   // -- what a screen reader is told, and the title -----------------------------------------------------
   const announce = (text) => {
@@ -68,17 +82,41 @@
     pill.className = state;
   };
   let source = null;
-  if (live && window.EventSource) {
-    say("connecting…", "off");
-    source = new EventSource(live.dataset.events);
-    source.onopen = () => say("live", "on");
-    source.onerror = () =>
-      say(source.readyState === EventSource.CLOSED ? "not live: reload the page" : "reconnecting…", "off");
-    source.onmessage = (message) => {
+  let retryMs = RETRY_FIRST_MS;
+  // From the last event shown: the page's own drawing at first, then what the stream brought.
+  const eventsUrl = () => {
+    const [path, query] = live.dataset.events.split("?");
+    const params = new URLSearchParams(query);
+    if (seen.epoch && Number.isFinite(seen.seq)) params.set("after", `${seen.epoch}-${seen.seq}`);
+    return `${path}?${params}`;
+  };
+  const follow = () => {
+    const current = new EventSource(eventsUrl());
+    source = current;
+    current.onopen = () => {
+      retryMs = RETRY_FIRST_MS;
+      say("live", "on");
+    };
+    current.onerror = () => {
+      if (current.readyState !== EventSource.CLOSED) {
+        say("reconnecting…", "off"); // the browser asks again by itself
+        return;
+      }
+      // Refused (the browser gives up on an answer other than a stream): asked again, later each time.
+      current.close();
+      say(`reconnecting in ${Math.round(retryMs / 1000)} s…`, "off");
+      setTimeout(follow, retryMs);
+      retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+    };
+    current.onmessage = (message) => {
       JSON.parse(message.data).forEach(apply);
       if (message.lastEventId) seen = parse(message.lastEventId);
       retitle();
     };
+  };
+  if (live && window.EventSource) {
+    say("connecting…", "off");
+    follow();
   }
   retitle();
 
