@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperhive.harness.web.app import reached_over_https
 from hyperhive.harness.web.auth import CODE_SECONDS, MAX_CODES, MAX_REVOKED, SESSION_SECONDS, WebAuth
 from hyperhive.harness.web.files import WebError
 
@@ -95,3 +96,16 @@ def test_a_csrf_token_is_its_sessions_own() -> None:
     assert auth.csrf_ok("s1", auth.csrf("s1"))
     assert not auth.csrf_ok("s2", auth.csrf("s1"))
     assert not auth.csrf_ok("s1", "")
+
+
+def test_secure_follows_what_the_proxy_says_not_the_host_alone() -> None:
+    """Issue 24, 5: behind nginx as docs/web.md shows it (no `Host $host`), the Host is 127.0.0.1:<port>, and the
+    cookie was set without `Secure` although the browser's Origin was https."""
+    proxied = {b"agent.example.com"}
+    loopback = (b"host", b"127.0.0.1:8377")
+    assert reached_over_https([loopback, (b"origin", b"https://agent.example.com")], proxied)
+    assert reached_over_https([loopback, (b"x-forwarded-proto", b"https")], proxied)
+    assert reached_over_https([(b"host", b"agent.example.com")], proxied)
+    assert not reached_over_https([loopback, (b"origin", b"http://127.0.0.1:8377")], proxied)
+    assert not reached_over_https([loopback], proxied)
+    assert not reached_over_https([loopback, (b"x-forwarded-proto", b"http")], proxied)

@@ -310,8 +310,22 @@ class WebApp:
         await request.redirect(f"{back if BACK.fullmatch(back) else '/'}?done={done}&id={acted_on}")
 
     def _secure(self, request: Request) -> bool:
-        """Reached through the proxy's https origin: the cookie is sent over https only."""
-        return any(n == b"host" and v.lower() in self._secure_hosts for n, v in request.headers)
+        return reached_over_https(request.headers, self._secure_hosts)
+
+
+def reached_over_https(headers: list[tuple[bytes, bytes]], secure_hosts: set[bytes]) -> bool:
+    """Whether the browser reached the view over https (its cookie then `Secure`), as what is in front of it
+    says: the request's `Origin` (a browser sends it with every form, the login's included; the gate took it
+    only if it is the view's, so an https one is `HIVE_WEB_ORIGIN`'s), a proxy's `X-Forwarded-Proto: https`
+    (every peer is on loopback), or the `Host` of the https origin. The Host alone was not enough: nginx as
+    docs/web.md shows it sends `Host: 127.0.0.1:<port>`, and the cookie went without `Secure`."""
+    origins = [v.strip().lower() for n, v in headers if n == b"origin"]
+    protos = [v.strip().lower() for n, v in headers if n == b"x-forwarded-proto"]
+    return (
+        any(o.startswith(b"https://") for o in origins)
+        or protos == [b"https"]
+        or any(n == b"host" and v.lower() in secure_hosts for n, v in headers)
+    )
 
 
 class WebView:
