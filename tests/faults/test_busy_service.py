@@ -6,8 +6,10 @@ It gave up at once with "the service already serves 32 other requests at once; t
 The burst: 32 `send`s on connections of their own, held in the service while the store is locked from
 outside (they wait for its writer, as a send does on a busy database), so every place of the `other`
 share is taken for as long as the test says. Before them, HTTP `reply` calls of the agent's tools wait
-for the same writer: the store's busy timeout (10 s) ends those first, one every 10 s, so no place frees
-before the test unlocks the store.
+for the same writer: the store's busy timeout (10 s) ends those first, one every 10 s. Each burst client
+asks again at once when its send ends unstored (the writer's busy timeout) or is refused, as a real burst
+goes on, so a place that frees is taken again whatever order the writer took them in (CI's load once let a
+send reach the writer before the replies: it failed after 10 s, and 31 places were never 32).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Burst:
         self.answers: list[dict[str, object]] = []
         self.threads: list[threading.Thread] = []
         self.lock = sqlite3.connect(svc.state / "hyperhive.db", isolation_level=None, timeout=10)
+        self.released = False
 
     def _start(self, target: object) -> None:
         thread = threading.Thread(target=target, daemon=True)  # type: ignore[arg-type]
@@ -71,7 +74,19 @@ class Burst:
             Http(self.svc.state).post(reply_call(f"held reply {i}"))
 
     def _send(self, i: int) -> None:
-        self.answers.append(ask_raw(self.path, {"op": "send", "body": f"burst {i}", "request_id": f"burst-{i}"}))
+        """One client of the burst: its send asked again (the same request id) until it is stored, as long as
+        the burst lasts; its last answer kept."""
+        request = {"op": "send", "body": f"burst {i}", "request_id": f"burst-{i}"}
+        deadline = time.monotonic() + 120  # bounded: the test's own timeout is 180 s
+        while True:
+            try:
+                answer = ask_raw(self.path, request)
+            except OSError as exc:
+                answer = {"ok": False, "error": str(exc)}
+            if answer.get("ok") or time.monotonic() > deadline:
+                self.answers.append(answer)
+                return
+            time.sleep(0.002 if not self.released else 0.05)
 
     def full(self) -> bool:
         return ask_raw(self.path, {"op": "ping"}, timeout=10).get("kind") == "busy"
@@ -91,6 +106,7 @@ class Burst:
             self.release()
 
     def release(self) -> None:
+        self.released = True
         if self.lock.in_transaction:
             self.lock.execute("ROLLBACK")
         self.lock.close()
