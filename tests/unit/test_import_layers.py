@@ -21,9 +21,9 @@ SOURCE = Path(__file__).resolve().parents[2] / "python" / "src" / "hyperhive"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
-        # The package's root (its version), the error hierarchy, JSON from outside, text from outside made
+        # The package's root (its version), the error hierarchy, JSON and numbers from outside, text from outside made
         # safe to show, the MCP tool shapes, the worker thread: imported by everything, importing nothing of ours.
-        {"hyperhive", "errors", "jsontext", "visible", "mcp_tool", "worker"},
+        {"hyperhive", "errors", "jsontext", "numbers", "visible", "mcp_tool", "worker"},
         # The HIVE_MCP_SERVERS file; the state directory's layout and modes; sub-agent profiles (HIVE_SUBAGENTS).
         {"mcp_servers", "statedir", "subagent_profiles"},
         {"config", "store", "control"},  # the environment, the database, the control socket's wire and lock
