@@ -301,8 +301,9 @@ async def test_an_idle_sub_agents_agent_process_is_stopped_and_its_next_message_
         text, _ = await call(svc, "subagent_start", task="say hello", wait_seconds=25)
         assert text.endswith("Done with the task: say hello")
         [first] = await wait_for(svc, "the sub-agent's agent", lambda: agent_processes(svc))
-        await wait_for(svc, "the idle agent to be stopped", lambda: not agent_processes(svc) or None, within=30)
-        assert not alive(first) and subagent(svc, 1)["state"] == "idle"
+        # Reaped, not only gone from pgrep's list (an exited agent not yet reaped is listed by no command line).
+        await wait_for(svc, "the idle agent to be stopped", lambda: not alive(first) or None, within=30)
+        assert not agent_processes(svc) and subagent(svc, 1)["state"] == "idle"
         _, is_error = await call(svc, "subagent_message", id=1, body="say again")
         assert not is_error
         await wait_for(svc, "the answer to the message", lambda: rows(svc, "SELECT body FROM wakes WHERE agent = 0"))

@@ -146,6 +146,9 @@ def test_a_tool_call_waits_for_its_inline_wait_and_a_margin() -> None:
     for arguments in ({"cmd": "x"}, {"wait_seconds": 900}, {"wait_seconds": True}, "not an object"):
         assert answer_wait("tool", {"name": "run", "arguments": arguments}) == margin + wire.MAX_INLINE_WAIT
     assert answer_wait("status") == wire.ANSWER_WAIT and answer_wait("send") == wire.SEND_WAIT
+    # A cancel answers once the sub-agent's turn (and its own sub-agents') stopped: the agents' cancel grace
+    # and more (a 5 s wait gave up on a cancel still under way).
+    assert answer_wait("subagent_cancel", {"id": 1}) == wire.STOP_WAIT >= 30
 
 
 def test_the_longest_inline_wait_is_the_task_engines() -> None:

@@ -52,6 +52,9 @@ MAX_ANSWER = 64 << 20
 # 30 s (tasks/args.py, MAX_WAIT): its wait is that and a margin.
 ANSWER_WAIT = 5.0
 SEND_WAIT = 15.0
+# `subagent_cancel` answers once the sub-agent's turn has stopped, and its own sub-agents' after it: each
+# waits out its agent's answer to the cancel (HIVE_CANCEL_GRACE, 10 s by default, and a margin), level by level.
+STOP_WAIT = 60.0
 TOOL_MARGIN = 15.0
 MAX_INLINE_WAIT = 30.0
 CONNECT_RETRY = 0.01  # seconds between connects while the listener's backlog is full
@@ -78,6 +81,8 @@ def answer_wait(op: str, params: dict[str, Any] | None = None) -> float:
     """Seconds a client waits for the answer to `op` with `params` before it gives up (NoAnswer)."""
     if op == "send":
         return SEND_WAIT
+    if op == "subagent_cancel":
+        return STOP_WAIT
     if op != "tool":
         return ANSWER_WAIT
     arguments = (params or {}).get("arguments")
