@@ -314,10 +314,18 @@ def write_transcript(path: Path) -> int:
     return path.stat().st_size
 
 
+# Started from a small process of its own: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it
+# was forked, and the test process grows over a session (the whole fault suite in one: 167 MiB "for tail").
+_MEASURE = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); _, s, u = os.wait4(p.pid, 0); "
+    "sys.stderr.write(f'\\n@maxrss {u.ru_maxrss}\\n'); sys.exit(os.waitstatus_to_exitcode(s))"
+)
+
+
 def measured(env: dict[str, str], *args: str) -> tuple[int, int, str, int]:
     """Run the CLI; its exit status, peak RSS in KiB, stderr, and the bytes it printed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hyperhive", *args],
+        [sys.executable, "-c", _MEASURE, sys.executable, "-m", "hyperhive", *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -327,10 +335,9 @@ def measured(env: dict[str, str], *args: str) -> tuple[int, int, str, int]:
     assert proc.stdout is not None and proc.stderr is not None
     while chunk := proc.stdout.read(1 << 20):
         printed += len(chunk)
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss, err, printed
+    err, _, rss = proc.stderr.read().decode(errors="replace").rpartition("\n@maxrss ")
+    proc.wait()
+    return proc.returncode, int(rss), err.rstrip("\n") + "\n", printed
 
 
 def test_tail_of_a_huge_transcript_shows_its_end_in_bounded_memory(tmp_path: Path, record: Record) -> None:
