@@ -127,15 +127,23 @@ class Service:
         self.url = json.loads((self.state / "web.json").read_text())["url"]
         self.port = int(self.url.rpartition(":")[2])
         self.socket = self.state / "harness.sock"
+        self.base = "/"  # a session's own, once `cookie` has logged in
 
     def cookie(self) -> tuple[str, str]:
-        """A logged-in browser's cookie: a one-time code exchanged as the login page does."""
+        """A logged-in browser's cookie: a one-time code exchanged as the login page does. Its pages are under
+        the session's own base (`self.base`, `/s/<key>/`), where alone the cookie is sent and taken."""
         code = call(self.socket, "web_login")["code"]
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        conn.request("POST", "/login", body=f"code={code}", headers={"Origin": self.url})
+        conn.request(
+            "POST",
+            "/login",
+            body=f"code={code}",
+            headers={"Origin": self.url, "Content-Type": "application/x-www-form-urlencoded"},
+        )
         answer = conn.getresponse()
         answer.read()
         name, _, value = answer.getheader("set-cookie", "").partition(";")[0].partition("=")
+        self.base = answer.getheader("location", "/").removeprefix(self.url)
         conn.close()
         return name, value
 
@@ -178,11 +186,13 @@ def main() -> None:
         try:
             cookie = service.cookie()
             # (a) history
-            for name, path in (("history_1000", f"/turns?n={TURNS}"), ("history_50", "/turns"), ("main", "/")):
+            base = service.base
+            paths = (("history_1000", f"{base}turns?n={TURNS}"), ("history_50", f"{base}turns"), ("main", base))
+            for name, path in paths:
                 times, size = timed_gets(service, cookie, path, args.n)
                 results[name] = {"median_ms": median(times), "p90_ms": p90(times), "bytes": size, "times_ms": times}
             conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
-            conn.request("GET", f"/turns?n={TURNS}", headers={"Cookie": f"{cookie[0]}={cookie[1]}"})
+            conn.request("GET", f"{base}turns?n={TURNS}", headers={"Cookie": f"{cookie[0]}={cookie[1]}"})
             rows = len(re.findall(rb"<tr class=", conn.getresponse().read()))
             conn.close()
             results["history_1000"]["rows"] = rows
@@ -199,9 +209,9 @@ def main() -> None:
                 pages = []
                 for _ in range(args.pages):
                     context = browser.new_context()
-                    context.add_cookies([{"name": cookie[0], "value": cookie[1], "url": service.url}])
+                    context.add_cookies([{"name": cookie[0], "value": cookie[1], "url": service.url + base}])
                     page = context.new_page()
-                    page.goto(service.url)
+                    page.goto(service.url + base)
                     page.wait_for_selector("#stream.on", timeout=30_000)
                     pages.append(page)
                 time.sleep(5)  # settled: every stream has had its first panels
