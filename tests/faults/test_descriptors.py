@@ -20,24 +20,18 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import httpx
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
-from hyperhive.harness.agent_tokens import AgentTokens
 from tests.faults.conftest import Record, soak
 from tests.process.harness_service import FAKE_AGENT, Service, running_service, service_env, start_service
-
-DEMO_AGENT = json.dumps(["-m", "hyperhive", "demo-agent"])
+from tests.process.test_subagents import DEMO_AGENT, tools
 
 # What the service may hold beyond its count before the sub-agents: a connection still closing, a
 # transcript or store file opened lazily by the first of them.
@@ -76,20 +70,6 @@ def rss_mib(pid: int) -> float:
 def agents_of(svc: Service) -> list[int]:
     """The agent processes the service runs now (its children)."""
     return [int(p) for p in Path(f"/proc/{svc.proc.pid}/task/{svc.proc.pid}/children").read_text().split()]
-
-
-@asynccontextmanager
-async def tools(svc: Service) -> AsyncIterator[ClientSession]:
-    """hyperhive's HTTP tools as the service's agent reaches them."""
-    url = json.loads((svc.state / "http.json").read_text())["url"]
-    token = AgentTokens((svc.state / "token").read_text().strip()).for_agent(0)
-    async with (
-        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
-        streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> str:

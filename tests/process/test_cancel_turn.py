@@ -4,7 +4,6 @@ cancelled turn's task ran on, and its end woke a new turn that reported what the
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -13,8 +12,7 @@ from typing import Any
 import pytest
 
 from tests.process.harness_service import Service, running_service
-
-DEMO_AGENT = json.dumps(["-m", "hyperhive", "demo-agent"])
+from tests.process.test_subagents import DEMO_AGENT
 
 
 def rows(svc: Service, sql: str) -> list[tuple[Any, ...]]:
