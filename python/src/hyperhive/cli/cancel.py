@@ -7,13 +7,10 @@ tasks it started are killed with it, their ends waking no one: the operator aske
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hyperhive.cli import config_or_exit
-from hyperhive.control.wire import ControlError, ServiceUnavailable, call
-from hyperhive.errors import EXIT_BUSY, EXIT_FAILED
+from hyperhive.cli.operator import ask_service
 
 
 @click.command()
@@ -25,13 +22,6 @@ def cancel(turn: int | None, keep_tasks: bool) -> None:
     request: dict[str, object] = {"keep_tasks": keep_tasks}
     if turn is not None:
         request["turn"] = turn
-    try:
-        answer = call(config.state.socket, "cancel_turn", **request)
-    except ServiceUnavailable as exc:
-        click.echo(f"hyperhive: {exc.message}; a turn is cancelled by the running service", err=True)
-        sys.exit(EXIT_BUSY)
-    except ControlError as exc:
-        click.echo(f"hyperhive: {exc.message}", err=True)
-        sys.exit(EXIT_FAILED)
+    answer = ask_service(config, "cancel_turn", "a turn is cancelled by the running service", **request)
     tasks = "its background tasks run on" if keep_tasks else "the background tasks it started are killed"
     click.echo(f"turn {answer['turn']} is being stopped; its wakes are set aside and {tasks}")

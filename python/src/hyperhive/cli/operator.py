@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from hyperhive.errors import EXIT_FAILED, EXIT_STATE, StoreError
+from hyperhive.errors import EXIT_BUSY, EXIT_FAILED, EXIT_STATE, StoreError
 from hyperhive.visible import visible
 
 if TYPE_CHECKING:
@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     click.echo(f"hyperhive: {message}", err=True)
     sys.exit(code)
+
+
+def ask_service(config: Config, op: str, needs: str, **params: Any) -> dict[str, Any]:
+    """The running service's answer to `op`. No service: exit 4, saying `needs` (what it alone does); a
+    refusal: exit 1 with its message."""
+    from hyperhive.control.wire import ControlError, ServiceUnavailable, call
+
+    try:
+        return call(config.state.socket, op, **params)
+    except ServiceUnavailable as exc:
+        fail(f"{exc.message}; {needs}", EXIT_BUSY)
+    except ControlError as exc:
+        fail(exc.message)
 
 
 def existing_state(config: Config) -> Path:

@@ -8,13 +8,10 @@ the tunnel's or the reverse proxy's, as the operator's browser reaches the view.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hyperhive.cli import config_or_exit
-from hyperhive.control.wire import ControlError, ServiceUnavailable, call
-from hyperhive.errors import EXIT_BUSY, EXIT_FAILED
+from hyperhive.cli.operator import ask_service
 
 
 @click.command("web-login")
@@ -27,14 +24,7 @@ from hyperhive.errors import EXIT_BUSY, EXIT_FAILED
 def web_login(base: str | None) -> None:
     """Print a one-time link that logs a browser into the web view."""
     config = config_or_exit(read_mcp_servers=False)
-    try:
-        answer = call(config.state.socket, "web_login")
-    except ServiceUnavailable as exc:
-        click.echo(f"hyperhive: {exc.message}; the web view is served by the running service", err=True)
-        sys.exit(EXIT_BUSY)
-    except ControlError as exc:
-        click.echo(f"hyperhive: {exc.message}", err=True)
-        sys.exit(EXIT_FAILED)
+    answer = ask_service(config, "web_login", "the web view is served by the running service")
     code, url = str(answer["code"]), str(answer["url"])
     if base is not None:
         url = f"{base.rstrip('/')}/login#code={code}"
