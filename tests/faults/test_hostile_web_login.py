@@ -9,10 +9,8 @@ every 50 ms throughout (`Latencies`), and the agent's calls are made beside the 
 
 from __future__ import annotations
 
-import http.server
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +24,7 @@ from tests.faults.test_hostile_http import CALL_BOUND_S, STATUS_BOUND_S, Latenci
 from tests.faults.test_hostile_web import Answer, Web, exchange, wakes
 from tests.faults.test_resource_limits import control
 from tests.process.harness_service import Service, running_service
-from tests.process.web_browser import browser, logged_in, requires_browser
+from tests.process.web_browser import browser, logged_in, page_server, requires_browser
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
@@ -37,27 +35,8 @@ def neighbour() -> Iterator[tuple[int, list[str]]]:
     every `Cookie` header a browser sends it is kept."""
     received: list[str] = []
     page = b'<!doctype html><title>elsewhere</title><a id="next" href="/next">next</a>'
-
-    class Neighbour(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            received.extend(self.headers.get_all("cookie") or [])
-            self.send_response(200)
-            self.send_header("content-type", "text/html")
-            self.send_header("content-length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Neighbour)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with page_server(page, received) as port:
+        yield port, received
 
 
 def replay(port: int, method: str, path: str, cookies: str, body: bytes = b"") -> Answer:

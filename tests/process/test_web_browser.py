@@ -4,9 +4,7 @@ shows (HIVE_WEB_SCREENSHOTS=1 writes them to docs/web/)."""
 
 from __future__ import annotations
 
-import http.server
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +16,7 @@ from tests.process.web_browser import (
     browser,
     demo_service,
     logged_in,
+    page_server,
     requires_browser,
     screenshot,
     web_url,
@@ -34,26 +33,8 @@ def foreign_site(view: str, csrf: str | None) -> Iterator[str]:
         f'<input name="csrf" value="{csrf}"></form><script>document.getElementById("f").submit()</script>'
     ).encode()
 
-    class Evil(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/html")
-            self.send_header("content-length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with page_server(page) as port:
+        yield f"http://127.0.0.1:{port}/"
 
 
 def turn_with(page: Page, text: str) -> str:

@@ -3,11 +3,13 @@ browser download), against `hyperhive agent` with the demo agent (runtime acp, `
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,3 +126,32 @@ def screenshot(page: Page, name: str, tmp_path: Path) -> Path:
     path = target / name
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@contextmanager
+def page_server(page: bytes, heard: list[str] | None = None) -> Iterator[int]:
+    """Another web server on a loopback port (another site, another local user's), answering every GET with
+    `page`; each `Cookie` header a browser sends it goes into `heard`. Its port."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if heard is not None:
+                heard.extend(self.headers.get_all("cookie") or [])
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
