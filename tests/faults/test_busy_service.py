@@ -15,8 +15,6 @@ send reach the writer before the replies: it failed after 10 s, and 31 places we
 from __future__ import annotations
 
 import contextlib
-import json
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import Record
+from tests.faults.test_hostile_agents import ask_raw
 from tests.faults.test_hostile_clients import Http, reply_call
 from tests.faults.test_socket_neighbours import wakes
 from tests.process.harness_service import Service, running_service
@@ -36,20 +35,6 @@ from tests.process.harness_service import Service, running_service
 pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
 PLACES = 32  # harness/connections.py, Limits.other
-
-
-def ask_raw(path: Path, request: dict[str, object], timeout: float = 60) -> dict[str, object]:
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return dict(json.loads(data)) if data else {}
 
 
 class Burst:

@@ -47,20 +47,27 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 # -- measuring the service ----------------------------------------------------------------------------------------
 
 
-def socket_status(path: Path) -> tuple[float, dict[str, Any]]:
-    """One `status` request on the control socket: (seconds it took, the answer)."""
-    started = time.monotonic()
+def ask_raw(path: Path, request: dict[str, object], timeout: float = 60) -> dict[str, Any]:
+    """One request on a control socket connection of its own, as any local client sends it; the answer
+    ({} when the connection closed without one)."""
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(10)
+        sock.settimeout(timeout)
         sock.connect(str(path))
-        sock.sendall(b'{"op": "status"}\n')
+        sock.sendall(json.dumps(request).encode() + b"\n")
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
             if not chunk:
                 break
             data += chunk
-    return time.monotonic() - started, json.loads(data)
+    return dict(json.loads(data)) if data else {}
+
+
+def socket_status(path: Path) -> tuple[float, dict[str, Any]]:
+    """One `status` request on the control socket: (seconds it took, the answer)."""
+    started = time.monotonic()
+    answer = ask_raw(path, {"op": "status"}, timeout=10)
+    return time.monotonic() - started, answer
 
 
 class StatusProbe:
