@@ -150,7 +150,7 @@ def test_a_login_through_the_docs_proxy_gets_a_secure_cookie_and_a_live_page(
                     assert page.url.startswith(f"{origin}/s/"), page.url
                     cookies = [c for c in context.cookies() if c["domain"] == "localhost"]
                     box = page.get_by_label("Message to the agent")
-                    box.fill("run: echo through the proxy")
+                    box.fill("run: sleep 1; echo through the proxy")
                     box.press("Control+Enter")
                     page.locator("#panel-outbox .reply", has_text="through the proxy").wait_for()
                     context.close()

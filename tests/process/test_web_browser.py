@@ -168,7 +168,7 @@ def test_agent_output_holding_html_and_script_is_shown_as_text_and_runs_nothing(
     )
     with demo_service(tmp_path) as service, browser() as context:
         page = logged_in(context, service)
-        service.cli("send", f"run: echo '{hostile}'")
+        service.cli("send", f"run: sleep 1; echo '{hostile}'")
         page.locator("#panel-outbox .reply", has_text="<script>window.pwned=1</script>").wait_for()
         assert hostile in page.locator("#panel-outbox").inner_text()  # the task's output, relayed, as text
         turn = turn_with(page, "echo '<script>window.pwned=1</script>")  # the tool call's input (JSON) as text

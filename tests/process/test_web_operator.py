@@ -77,7 +77,7 @@ def test_every_page_fits_a_390_px_phone_without_sideways_scroll(tmp_path: Path) 
         page.locator("#panel-outbox .reply", has_text="Sub-agent 1 answered").wait_for(timeout=60_000)
         service.cli("send", "remind 3600s: a reminder with a long text " + "x" * 80)
         page.locator("#panel-queue li", has_text="reminder").wait_for()
-        service.cli("send", "run: echo a-long-unbroken-line-" + "y" * 120)
+        service.cli("send", "run: sleep 1; echo a-long-unbroken-line-" + "y" * 120)
         wait_for_reply(page, "a-long-unbroken-line")
         page.locator("#panel-turns tbody tr").nth(2).wait_for()
         fits(page)
@@ -121,7 +121,7 @@ def test_a_live_region_announces_turn_ends_and_replies_politely(tmp_path: Path) 
         page = logged_in(context, service)
         region = page.locator("[aria-live=polite]")
         assert region.count() == 1
-        service.cli("send", "run: echo hello there")
+        service.cli("send", "run: sleep 1; echo hello there")
         wait_for_reply(page, "Task 1 finished: hello there")
         page.wait_for_function(
             "() => /turn \\d+ answered/.test(document.querySelector('[aria-live=polite]').textContent)"
@@ -136,11 +136,11 @@ def test_ctrl_enter_in_the_send_box_sends_it(tmp_path: Path) -> None:
         page = logged_in(context, service)
         page.evaluate(MARK)
         box = page.get_by_label("Message to the agent")
-        box.fill("run: echo sent by the keyboard")
+        box.fill("run: sleep 1; echo sent by the keyboard")
         box.press("Control+Enter")
         wait_for_reply(page, "sent by the keyboard")
         assert box.input_value() == ""  # the message went, the box is ready for the next
-        box.fill("run: echo sent again")
+        box.fill("run: sleep 1; echo sent again")
         box.press("Meta+Enter")
         wait_for_reply(page, "sent again")
         assert page.evaluate("window.__kept") == "still this page"
@@ -236,7 +236,7 @@ def test_a_turns_page_has_its_whole_transcript_and_the_operators_message(tmp_pat
     long = "a long line the history cuts " + "w" * 300
     with demo_service(tmp_path) as service, browser() as context:
         page = logged_in(context, service)
-        message = f"delegate: run: echo '{long}'"
+        message = f"delegate: run: sleep 1; echo '{long}'"
         box = page.get_by_label("Message to the agent")
         box.fill(message)
         box.press("Control+Enter")
@@ -280,7 +280,7 @@ def test_a_sub_agents_page_shows_it_and_messages_it_in_place(tmp_path: Path) -> 
         assert turns.count() >= 1 and re.fullmatch(r"/s/[\w-]{22}/turns/\d+", str(turns.first.get_attribute("href")))
         page.evaluate(MARK)
         box = page.get_by_label("Message to sub-agent 1")
-        box.fill("run: echo second answer from the page")
+        box.fill("run: sleep 1; echo second answer from the page")
         page.locator("#panel-sub-message button", has_text="Send").click()
         page.locator(".note", has_text="message sent to sub-agent 1").wait_for()
         assert page.evaluate("window.__kept") == "still this page"  # posted in place, not reloaded
@@ -300,7 +300,7 @@ def test_panels_are_told_apart_and_a_cancelled_turn_does_not_end_in_the_success_
         assert len(titles) == len(set(titles)), titles
         live = page.locator("#live")
         assert live.get_by_text("no turn in flight").is_visible()  # a fresh service: an empty panel says so
-        service.cli("send", "run: echo first")
+        service.cli("send", "run: sleep 1; echo first")
         wait_for_reply(page, "Task 1 finished: first")
         assert not live.get_by_text("no turn in flight").is_visible()
         service.cli("send", "run 30s: sleep 30")
