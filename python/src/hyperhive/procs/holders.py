@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
+import time
 
 from hyperhive.procs.child import Child
 
 log = logging.getLogger("hyperhive.procs")
+KILL_WAIT = 2.0  # seconds a killed holder has to be gone
 
 
 def pipe_ids(child: Child) -> set[str]:
@@ -40,9 +43,12 @@ def _holds(pid: int, pipes: set[str]) -> bool:
     return False
 
 
-def kill_pipe_holders(pipes: set[str], label: str) -> list[int]:
-    """SIGKILL every other process still holding one of `pipes`; returns their pids."""
+def kill_pipe_holders(pipes: set[str], label: str, *, wait: float = KILL_WAIT) -> list[int]:
+    """SIGKILL every other process still holding one of `pipes`, and wait (up to `wait` s, on the caller's
+    thread) until each has exited: a SIGKILL is delivered when the process next runs, and a loaded machine
+    showed one still running after the turn it held up was over. Returns their pids."""
     killed: list[int] = []
+    fds: list[int] = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me or not _holds(int(entry), pipes):
@@ -56,10 +62,29 @@ def kill_pipe_holders(pipes: set[str], label: str) -> list[int]:
             if _holds(pid, pipes):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 killed.append(pid)
+                fds.append(pidfd)
+                continue
         except OSError:
             pass
-        finally:
-            os.close(pidfd)
+        os.close(pidfd)
+    try:
+        _exited(fds, wait)
+    finally:
+        for fd in fds:
+            os.close(fd)
     if killed:
         log.warning("%s left processes outside its group holding its pipes: killed %s", label, killed)
     return killed
+
+
+def _exited(pidfds: list[int], wait: float) -> None:
+    """Until every process of `pidfds` has exited (a pidfd reads ready then), or `wait` seconds."""
+    poller = select.poll()
+    for fd in pidfds:
+        poller.register(fd, select.POLLIN)
+    left = set(pidfds)
+    deadline = time.monotonic() + wait
+    while left and (remaining := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(remaining * 1000):
+            poller.unregister(fd)
+            left.discard(fd)
