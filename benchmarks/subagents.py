@@ -68,7 +68,7 @@ STEPS = ("boot", "initialize", "session", "arrival")
 IDLE_SUBAGENTS = "SELECT COUNT(*) FROM subagents WHERE state = 'idle'"
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
-from hyperhive.harness.control import ControlClient  # noqa: E402
+from hyperhive.service.control import ControlClient  # noqa: E402
 from hyperhive.store.database import Store  # noqa: E402
 
 

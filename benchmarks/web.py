@@ -67,8 +67,9 @@ OBSERVE = """() => {
 
 sys.path.insert(0, str(HERE.parent / "python" / "src"))
 from hyperhive.control.wire import call  # noqa: E402
-from hyperhive.harness.records import Records, TurnEnd  # noqa: E402
 from hyperhive.store.database import Store  # noqa: E402
+from hyperhive.store.tables import Tables  # noqa: E402
+from hyperhive.store.turns import TurnEnd  # noqa: E402
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -86,12 +87,12 @@ def memory_kib(pid: int) -> dict[str, int]:
 def fill_history(db: Path) -> None:
     """1,000 turns as a long-running service leaves them: most answered, some failed, with results."""
     store = Store(db)
-    records = Records(store)
+    tables = Tables(store)
     for i in range(TURNS):
         failed = i % 17 == 0
         # A failed turn's wake would still be waiting, and the service would carry it: those carry none here.
-        wakes = [] if failed else [records.add_wake("operator", f"message {i}").id]
-        turn = records.begin_turn(wakes, 200)
+        wakes = [] if failed else [tables.wakes.add("operator", f"message {i}").id]
+        turn = tables.turns.begin(wakes, 200)
         end = TurnEnd(
             outcome="failed" if failed else "answered",
             stop_reason=None if failed else "end_turn",
@@ -102,7 +103,7 @@ def fill_history(db: Path) -> None:
             cost_usd=0.0123,
             duration_ms=1000 + 37 * i,
         )
-        records.end_turn(turn, end, deliver=wakes)
+        tables.turns.end(turn, end, deliver=wakes)
     store.close()
 
 

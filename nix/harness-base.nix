@@ -1,5 +1,5 @@
-# Always gives the agent hyperhive's own bash MCP server, with every tool allowed, so
-# `mcp__bash__*` works on every agent: background shell tasks whose end wakes the agent.
+# Always gives the shorthand's agent hyperhive's own bash MCP server (bash-server.nix), with every tool
+# allowed, so `mcp__bash__*` works on every agent: background shell tasks whose end wakes the agent.
 #
 # It is a definition of `extraMcpServers.bash`, so the operator sees it in the evaluated option; an
 # operator definition of `bash` is refused by an assertion rather than silently merged.
@@ -21,20 +21,12 @@ in
   config = lib.mkIf cfg.enable {
     # Forced, field by field, so that an operator's `bash` cannot merge into it (and cannot make the
     # merge fail before the assertion below names the problem).
-    services.hyperhive.agent.extraMcpServers.bash = lib.mapAttrs (_: lib.mkForce) {
-      type = "stdio";
-      command = lib.getExe cfg.package;
-      args = [ "bash-mcp" ];
-      url = null;
-      headers = { };
-      # Agents do not all pass their environment on to the MCP servers they start: tell the server
-      # where the harness keeps its state (and its socket) and where tasks run.
-      env = {
-        HIVE_STATE_DIR = stateDir;
-        HIVE_WORKDIR = toString cfg.workingDirectory;
-      };
-      allowedTools = [ "*" ];
-    };
+    services.hyperhive.agent.extraMcpServers.bash = lib.mapAttrs (_: lib.mkForce) (
+      import ./bash-server.nix { inherit lib; } {
+        inherit (cfg) package workingDirectory;
+        inherit stateDir;
+      }
+    );
 
     assertions = [
       {

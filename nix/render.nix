@@ -29,8 +29,20 @@
   subagentLimits ? { },
   # The web view: enable, port (0 to 65535), origin (null or what a reverse proxy serves it under).
   web ? { },
+  # Permission requests held for the operator (docs/permissions.md): ask (true: either runtime's requests
+  # wait for an answer), timeout (seconds until one is denied; null leaves the harness's 600).
+  permissions ? { },
+  # The operator's notifications: command (null, or the argv as a list of strings), timeout, concurrency,
+  # backlog (each null, or absent, for the harness's default).
+  notify ? { },
+  # The metrics endpoint: enable, port (0 to 65535), address (an IP address), openFirewall (the module
+  # opens the port; here only checked against a loopback address).
+  metrics ? { },
   # HIVE_CGROUP: "auto" gives each task its own cgroup under the unit's delegated one; "off" does not.
   cgroup ? "auto",
+  # An agent of the hive (docs/hive.md): { roster (the roster file, HIVE_HIVE), name (its entry,
+  # HIVE_AGENT_NAME) }; null for an agent alone (the one-agent shorthand).
+  hive ? null,
   extraEnvironment ? { },
   # name -> text -> path of a file holding text. The module passes pkgs.writeText (the JSON names the
   # package's store path, which builtins.toFile refuses); fixtures without store paths use the default.
@@ -90,6 +102,20 @@ let
     origin = null;
   };
   webCfg = webDefaults // web;
+  notifyDefaults = {
+    command = null;
+    timeout = null;
+    concurrency = null;
+    backlog = null;
+  };
+  notifyCfg = notifyDefaults // notify;
+  metricsDefaults = {
+    enable = false;
+    port = 9464;
+    address = "127.0.0.1";
+    openFirewall = false;
+  };
+  metricsCfg = metricsDefaults // metrics;
   profileDefaults = {
     runtime = "claude";
     claude = { };
@@ -216,6 +242,8 @@ let
     "HIVE_ACP_ARGS"
     "HIVE_ACP_ENV"
     "HIVE_ACP_PERMISSION_POLICY"
+    "HIVE_PERMISSION_POLICY"
+    "HIVE_PERMISSION_TIMEOUT"
     "HIVE_ACP_AUTH_METHOD"
     "HIVE_ACP_START_TIMEOUT"
     "HIVE_CLAUDE_COMMAND"
@@ -229,6 +257,14 @@ let
     "HIVE_SUBAGENT_IDLE_AGENTS"
     "HIVE_WEB_PORT"
     "HIVE_WEB_ORIGIN"
+    "HIVE_NOTIFY_COMMAND"
+    "HIVE_NOTIFY_TIMEOUT"
+    "HIVE_NOTIFY_CONCURRENCY"
+    "HIVE_NOTIFY_BACKLOG"
+    "HIVE_METRICS_PORT"
+    "HIVE_METRICS_ADDRESS"
+    "HIVE_HIVE"
+    "HIVE_AGENT_NAME"
   ];
   # The option that sets each managed variable, for the message when extraEnvironment tries to.
   optionFor = {
@@ -242,7 +278,9 @@ let
     HIVE_ACP_COMMAND = "acp.command";
     HIVE_ACP_ARGS = "acp.args";
     HIVE_ACP_ENV = "acp.env";
-    HIVE_ACP_PERMISSION_POLICY = "acp.permissionPolicy";
+    HIVE_ACP_PERMISSION_POLICY = "acp.permissionPolicy and permissions.ask";
+    HIVE_PERMISSION_POLICY = "permissions.ask";
+    HIVE_PERMISSION_TIMEOUT = "permissions.timeout";
     HIVE_ACP_AUTH_METHOD = "acp.authMethod";
     HIVE_ACP_START_TIMEOUT = "acp.startTimeout";
     HIVE_CLAUDE_COMMAND = "claude.package";
@@ -256,6 +294,14 @@ let
     HIVE_SUBAGENT_IDLE_AGENTS = "subagentLimits.idleAgents";
     HIVE_WEB_PORT = "web.enable and web.port";
     HIVE_WEB_ORIGIN = "web.origin";
+    HIVE_NOTIFY_COMMAND = "notify.command";
+    HIVE_NOTIFY_TIMEOUT = "notify.timeout";
+    HIVE_NOTIFY_CONCURRENCY = "notify.concurrency";
+    HIVE_NOTIFY_BACKLOG = "notify.backlog";
+    HIVE_METRICS_PORT = "metrics.enable and metrics.port";
+    HIVE_METRICS_ADDRESS = "metrics.address";
+    HIVE_HIVE = "services.hyperhive.agents (the hive's roster)";
+    HIVE_AGENT_NAME = "the agent's name in services.hyperhive.agents";
   };
 
   # Variables set for the unit by something other than these settings, each with where its value
@@ -320,11 +366,14 @@ let
           elem acp.permissionPolicy [
             "allow"
             "deny"
+            "ask"
           ]
         then
           [ ]
         else
-          [ "${p}acp.permissionPolicy must be \"allow\" or \"deny\", got \"${toString acp.permissionPolicy}\"" ]
+          [
+            "${p}acp.permissionPolicy must be \"allow\", \"deny\" or \"ask\", got \"${toString acp.permissionPolicy}\""
+          ]
       )
       (
         if acp.authMethod == null || (isString acp.authMethod && acp.authMethod != "") then
@@ -477,6 +526,93 @@ let
         [ ]
     );
 
+  permissionDefaults = {
+    ask = false;
+    timeout = null;
+  };
+  permissionsCfg = permissionDefaults // permissions;
+  permissionProblems =
+    unknownFields "permissions" permissionDefaults permissions
+    ++ (if isBool permissionsCfg.ask then [ ] else [ "permissions.ask must be true or false" ])
+    ++ (
+      if permissionsCfg.timeout == null || positive permissionsCfg.timeout then
+        [ ]
+      else
+        [ "permissions.timeout must be a positive number of seconds" ]
+    );
+  asks = permissionsCfg.ask == true;
+
+  notifyProblems =
+    let
+      command = notifyCfg.command;
+      argv = isStrList command && command != [ ] && builtins.head command != "";
+      count =
+        n:
+        if notifyCfg.${n} == null || positiveInt notifyCfg.${n} then
+          [ ]
+        else
+          [ "notify.${n} must be a whole number, 1 or more" ];
+    in
+    unknownFields "notify" notifyDefaults notify
+    ++ (
+      if command == null || argv then
+        [ ]
+      else
+        [ "notify.command must be null or a non-empty list of strings, the program first" ]
+    )
+    ++ (
+      if notifyCfg.timeout == null || positive notifyCfg.timeout then
+        [ ]
+      else
+        [ "notify.timeout must be a positive number of seconds" ]
+    )
+    ++ count "concurrency"
+    ++ count "backlog";
+  # An IP address as config.py takes it (Python's ipaddress): dotted IPv4, or IPv6 (hex groups and colons,
+  # an IPv4 tail allowed); no brackets, no port, no host name.
+  octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  ipv4Ok = a: match "${octet}(\\.${octet}){3}" a != null;
+  ipv6Ok = a: match "[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*" a != null && match ".*:::.*" a == null;
+  ipOk = a: isString a && (ipv4Ok a || ipv6Ok a);
+  loopback = a: match "127\\..*" a != null || a == "::1";
+  metricsProblems =
+    unknownFields "metrics" metricsDefaults metrics
+    ++ (if isBool metricsCfg.enable then [ ] else [ "metrics.enable must be true or false" ])
+    ++ (if isBool metricsCfg.openFirewall then [ ] else [ "metrics.openFirewall must be true or false" ])
+    ++ (
+      if isInt metricsCfg.port && metricsCfg.port >= 0 && metricsCfg.port <= 65535 then
+        [ ]
+      else
+        [ "metrics.port must be a TCP port (0 to 65535; 0 takes a free one)" ]
+    )
+    ++ (
+      if ipOk metricsCfg.address then
+        [ ]
+      else
+        [
+          "metrics.address must be an IP address to listen on, such as \"127.0.0.1\", \"0.0.0.0\" or \"::\" (no port, no host name)"
+        ]
+    )
+    ++ (
+      if
+        metricsCfg.openFirewall == true
+        && metricsCfg.enable == true
+        && ipOk metricsCfg.address
+        && loopback metricsCfg.address
+      then
+        [
+          "metrics.openFirewall is set but metrics.address is ${metricsCfg.address}, a loopback address no other host reaches; set metrics.address to the address the scraper reaches this host by (or \"0.0.0.0\" for every interface), or leave openFirewall off for a scraper on this host"
+        ]
+      else
+        [ ]
+    )
+    ++ (
+      if metricsCfg.openFirewall == true && metricsCfg.enable == true && metricsCfg.port == 0 then
+        [ "metrics.openFirewall is set but metrics.port is 0 (a port picked at start): set a fixed port to open" ]
+      else
+        [ ]
+    );
+
   problems = concatLists [
     (runtimeProblems "" {
       inherit runtime idleTimeout;
@@ -511,6 +647,18 @@ let
     )
     limitProblems
     webProblems
+    permissionProblems
+    notifyProblems
+    metricsProblems
+    (
+      if
+        # Not forced further: the roster file throws its own problems, which hive.nix reports.
+        hive == null || (isAttrs hive && hive ? roster && hive ? name)
+      then
+        [ ]
+      else
+        [ "hive must be null or { roster = <the roster file>; name = <the agent's name>; }" ]
+    )
     (map (n: "extraEnvironment.${n}: set by the module from ${optionFor.${n}}; use that option instead") (
       filter (n: elem n managed) (attrNames extraEnvironment)
     ))
@@ -610,7 +758,7 @@ let
         HIVE_ACP_COMMAND = acpCfg.command;
         HIVE_ACP_ARGS = toJSON acpCfg.args;
         HIVE_ACP_ENV = toJSON acpCfg.env;
-        HIVE_ACP_PERMISSION_POLICY = acpCfg.permissionPolicy;
+        HIVE_ACP_PERMISSION_POLICY = if asks then "ask" else acpCfg.permissionPolicy;
       }
       // optional (acpCfg.authMethod != null) { HIVE_ACP_AUTH_METHOD = acpCfg.authMethod; }
       // optional (acpCfg.startTimeout != null) { HIVE_ACP_START_TIMEOUT = seconds acpCfg.startTimeout; }
@@ -632,6 +780,26 @@ let
       { HIVE_WEB_PORT = toString webCfg.port; }
       // optional (webCfg.origin != null) { HIVE_WEB_ORIGIN = webCfg.origin; }
     )
+    # claude has no policy of its own to set: only `ask` changes what it does.
+    // optional (asks && runtime == "claude") { HIVE_PERMISSION_POLICY = "ask"; }
+    // optional (permissionsCfg.timeout != null) { HIVE_PERMISSION_TIMEOUT = seconds permissionsCfg.timeout; }
+    # The bounds only with a command: the harness refuses them alone.
+    // optional (notifyCfg.command != null) (
+      { HIVE_NOTIFY_COMMAND = toJSON notifyCfg.command; }
+      // optional (notifyCfg.timeout != null) { HIVE_NOTIFY_TIMEOUT = seconds notifyCfg.timeout; }
+      // optional (notifyCfg.concurrency != null) {
+        HIVE_NOTIFY_CONCURRENCY = toString notifyCfg.concurrency;
+      }
+      // optional (notifyCfg.backlog != null) { HIVE_NOTIFY_BACKLOG = toString notifyCfg.backlog; }
+    )
+    // optional (metricsCfg.enable == true) {
+      HIVE_METRICS_PORT = toString metricsCfg.port;
+      HIVE_METRICS_ADDRESS = metricsCfg.address;
+    }
+    // optional (hive != null) {
+      HIVE_HIVE = hive.roster;
+      HIVE_AGENT_NAME = hive.name;
+    }
     // extraEnvironment;
 in
 {

@@ -1,8 +1,10 @@
 # How an agent runs (runtime, claude, acp), declared once for the service's agent (module.nix) and for
 # each sub-agent profile (subagents.nix), so that the two cannot drift apart.
 #
-# `at` is the option path the declarations sit under, for descriptions that point at their siblings.
-# claude.package is the agent's alone: a claude profile runs the same package.
+# `at` is the option path the declarations sit under, for descriptions that point at their siblings;
+# `agent` the path of the agent they belong to (the shorthand's, services.hyperhive.agent, or a hive
+# agent's, services.hyperhive.agents.<name>). claude.package is the agent's alone: a claude profile runs
+# the same package.
 { lib }:
 let
   inherit (lib) mkOption types literalExpression;
@@ -10,10 +12,14 @@ let
     types.addCheck types.float (x: x > 0) // { description = "positive float"; }
   );
 in
-{
+rec {
   inherit seconds;
 
-  options = at: {
+  options = at: optionsOf {
+    agent = "services.hyperhive.agent";
+    inherit at;
+  };
+  optionsOf = { agent, at }: {
     runtime = mkOption {
       type = types.enum [
         "claude"
@@ -21,7 +27,7 @@ in
       ];
       default = "claude";
       description = ''
-        How each turn is driven: `claude` runs the Claude Code CLI ({option}`services.hyperhive.agent.claude.package`),
+        How each turn is driven: `claude` runs the Claude Code CLI ({option}`${agent}.claude.package`),
         `acp` any Agent Client Protocol agent ({option}`${at}.acp.command`).
       '';
     };
@@ -65,18 +71,21 @@ in
         };
         description = ''
           Environment for the agent, merged over the harness's own (which includes
-          {option}`services.hyperhive.agent.environmentFile`). Stored in the Nix store: no secrets.
+          {option}`${agent}.environmentFile`). Stored in the Nix store: no secrets.
         '';
       };
       permissionPolicy = mkOption {
         type = types.enum [
           "allow"
           "deny"
+          "ask"
         ];
         default = "allow";
         description = ''
-          How the harness answers the agent's permission requests (nobody is there to ask): `allow`
-          picks the narrowest allow option, `deny` the narrowest reject option.
+          How the harness answers the agent's permission requests: `allow` picks the narrowest allow
+          option, `deny` the narrowest reject option, `ask` holds each request for the operator
+          (`hyperhive permissions`, the web view; docs/permissions.md), denied after
+          {option}`${agent}.permissions.timeout`.
         '';
       };
       authMethod = mkOption {
@@ -85,7 +94,7 @@ in
         example = "gemini-api-key";
         description = ''
           The ACP auth method id to `authenticate` with when the agent requires one; its key comes from
-          {option}`services.hyperhive.agent.environmentFile`.
+          {option}`${agent}.environmentFile`.
         '';
       };
       startTimeout = mkOption {

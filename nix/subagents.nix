@@ -1,19 +1,26 @@
 # Sub-agent profiles and their limits: the agents the service's agent may delegate work to through
-# hyperhive's tools. Options only; module.nix hands them to render.nix, which writes the profiles to
-# the store file named by `HIVE_SUBAGENTS` and checks them.
-{ lib, ... }:
+# hyperhive's tools. Option declarations only, for the agent at option path `at` (agent-options.nix);
+# module.nix and hive.nix hand them to render.nix, which writes the profiles to the store file named by
+# `HIVE_SUBAGENTS` and checks them.
+{ lib }:
+at:
 let
   inherit (lib) mkOption types literalExpression;
   shared = import ./runtime-options.nix { inherit lib; };
 
   profileType = types.submodule {
-    options = shared.options "services.hyperhive.agent.subagents.<name>" // {
+    options =
+      shared.optionsOf {
+        agent = at;
+        at = "${at}.subagents.<name>";
+      }
+      // {
       idleTimeout = mkOption {
         type = types.nullOr shared.seconds;
         default = null;
         description = ''
           Seconds without any activity in a sub-agent's turn before the watchdog cancels it; null
-          takes the agent's ({option}`services.hyperhive.agent.idleTimeout`).
+          takes the agent's ({option}`${at}.idleTimeout`).
         '';
       };
       budget = mkOption {
@@ -22,7 +29,7 @@ let
         example = 600;
         description = ''
           Seconds of turn time one sub-agent of this profile may spend in all; null takes
-          {option}`services.hyperhive.agent.subagentLimits.budget`.
+          {option}`${at}.subagentLimits.budget`.
         '';
       };
       worktree = mkOption {
@@ -38,14 +45,14 @@ let
         default = false;
         description = ''
           Whether sub-agents of this profile may start sub-agents of their own, as deep as
-          {option}`services.hyperhive.agent.subagentLimits.maxDepth` allows.
+          {option}`${at}.subagentLimits.maxDepth` allows.
         '';
       };
     };
   };
 in
 {
-  options.services.hyperhive.agent = {
+  options = {
     subagents = mkOption {
       type = types.attrsOf profileType;
       default = { };
@@ -69,7 +76,7 @@ in
         Profiles of the sub-agents the agent may start through hyperhive's tools, by name (a lowercase
         letter, then up to 31 lowercase letters, digits or `-`). Each says how its sub-agents run, as
         the agent's own options do; a `claude` profile runs
-        {option}`services.hyperhive.agent.claude.package` with its own `claude.args` and
+        {option}`${at}.claude.package` with its own `claude.args` and
         `claude.model` (the agent's are not inherited). Rendered to a JSON file in the store whose path
         the harness reads from `HIVE_SUBAGENTS`. Without a profile named `default`, a sub-agent started
         without a profile runs as the agent itself does; without any profile, that is the only kind.

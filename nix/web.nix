@@ -1,12 +1,14 @@
 # The web view (docs/web.md): the agent and its sub-agents, live in a browser, served by the service on
-# 127.0.0.1. Options only; module.nix hands them to render.nix, which sets HIVE_WEB_PORT (and
-# HIVE_WEB_ORIGIN) when the view is enabled and checks them.
-{ lib, ... }:
+# 127.0.0.1. Option declarations only, for the agent at option path `at` (agent-options.nix); module.nix
+# and hive.nix hand them to render.nix, which sets HIVE_WEB_PORT (and HIVE_WEB_ORIGIN) when the view is
+# enabled and checks them.
+{ lib }:
+at:
 let
   inherit (lib) mkOption types;
 in
 {
-  options.services.hyperhive.agent.web = {
+  web = {
     enable = lib.mkEnableOption ''
       the web view: a page on 127.0.0.1 that shows the agent and its sub-agents live and lets the
       operator steer them. It is reached from elsewhere only through the operator's own SSH tunnel or

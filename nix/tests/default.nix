@@ -48,8 +48,13 @@ in
   vm-static-user = demoTest ./static-user.nix;
   vm-normal-user = demoTest ./normal-user.nix;
   vm-subagent-profile = demoTest ./subagent-profile.nix;
+  vm-permission-held = demoTest ./permission-held.nix;
+  vm-metrics-endpoint = demoTest ./metrics-endpoint.nix;
+  vm-notification-sent = demoTest ./notification-sent.nix;
   vm-web-view = demoTest ./web-view.nix;
   vm-claude-standin = vmTest ./claude-standin.nix;
   vm-secrets = vmTest ./secrets.nix;
+  vm-hive-two-agents = vmTest ./hive-two-agents.nix;
+  vm-hive-two-hosts = vmTest ./hive-two-hosts.nix;
   pytest = import ./pytest.nix { inherit pkgs self hyperhive; };
 }

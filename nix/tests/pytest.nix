@@ -8,6 +8,8 @@ let
     ps.pytest
     ps.pytest-timeout
     ps.hypothesis
+    # tests/unit/test_metrics.py parses the metrics endpoint's text with its parser (the `dev` extra's).
+    ps.prometheus-client
   ]);
 in
 pkgs.runCommand "hyperhive-pytest"

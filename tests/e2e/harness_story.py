@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e import agents
+from tests.e2e.fakes import fake_anthropic, fake_openai
 from tests.e2e.profiles import AGENTS
 from tests.process.harness_service import Service
 
@@ -58,6 +59,30 @@ def service_agent_env(name: str, tmp_path: Path, provider: agents.HasUrl, peers_
     }
 
 
+Provider = fake_anthropic.FakeAnthropic | fake_openai.FakeOpenAI
+
+
+def service_setup(name: str, tmp_path: Path, peers_bin: Path) -> tuple[dict[str, str], Provider]:
+    """A service's environment with `name` as its agent (its workdir `tmp_path/work`, made here), and the fake
+    provider it talks to, started here on loopback (opencode's: OpenAI; the others': Anthropic); the caller
+    stops it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        **agents.base_env(tmp_path / "home"),
+        "HIVE_STATE_DIR": str(tmp_path / "state"),
+        "HIVE_WORKDIR": str(work),
+        "HIVE_IDLE_TIMEOUT": "60",
+        "HIVE_CANCEL_GRACE": "5",
+    }
+    provider: Provider
+    if name == "opencode":
+        provider, _ = fake_openai.start(port=0, log_path=tmp_path / "provider.jsonl")
+    else:
+        provider, _ = fake_anthropic.start(port=0, log_path=tmp_path / "provider.jsonl")
+    return env | service_agent_env(name, tmp_path, provider, peers_bin), provider
+
+
 def subagent_profile(name: str, tmp_path: Path, provider: agents.HasUrl, peers_bin: Path) -> dict[str, Any]:
     """A HIVE_SUBAGENTS profile (hyperhive/subagent_profiles.py) running the ACP agent `name` at `provider`."""
     command, args, agent_env = acp_agent(name, tmp_path, provider, peers_bin)
@@ -74,11 +99,14 @@ def replies(svc: Service) -> list[str]:
 
 
 def turns(svc: Service, agent: int = 0) -> list[dict[str, Any]]:
-    """One agent's turns (0: the service's own), oldest first."""
+    """One agent's turns (0: the service's own), oldest first; `result` is what the agent said last."""
     from hyperhive.store.database import Store
 
     with Store(svc.state / "hyperhive.db") as store:
         rows = store.db.execute(
-            "SELECT id, outcome, wake_ids, error, session_id FROM turns WHERE agent = ? ORDER BY id", (agent,)
+            "SELECT id, outcome, wake_ids, error, session_id, result FROM turns WHERE agent = ? ORDER BY id", (agent,)
         ).fetchall()
-    return [{"id": r[0], "outcome": r[1], "wakes": json.loads(r[2]), "error": r[3], "session_id": r[4]} for r in rows]
+    return [
+        {"id": r[0], "outcome": r[1], "wakes": json.loads(r[2]), "error": r[3], "session_id": r[4], "result": r[5]}
+        for r in rows
+    ]

@@ -25,9 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import agents
 from tests.e2e import harness_story as story
-from tests.e2e.fakes import fake_anthropic, fake_openai
 from tests.e2e.harness_story import directive, outbox, printing, replies, turns
 from tests.process.harness_service import Service, start_service
 
@@ -54,20 +52,7 @@ class Setup:
 @pytest.fixture(params=AGENTS)
 def setup(request: pytest.FixtureRequest, tmp_path: Path, peers_bin: Path) -> Iterator[Setup]:
     name: str = request.param
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {
-        **agents.base_env(tmp_path / "home"),
-        "HIVE_STATE_DIR": str(tmp_path / "state"),
-        "HIVE_WORKDIR": str(work),
-        "HIVE_IDLE_TIMEOUT": "60",
-        "HIVE_CANCEL_GRACE": "5",
-    }
-    if name == "opencode":
-        provider, _ = fake_openai.start(port=0, log_path=tmp_path / "provider.jsonl")
-    else:
-        provider, _ = fake_anthropic.start(port=0, log_path=tmp_path / "provider.jsonl")
-    env |= story.service_agent_env(name, tmp_path, provider, peers_bin)
+    env, provider = story.service_setup(name, tmp_path, peers_bin)
     try:
         yield Setup(name, env, provider, tmp_path)
     finally:

@@ -4,7 +4,7 @@
 
 One program plays both parts (a sub-agent without a profile runs its parent's runtime). Which part a session
 plays is read from the bearer token it was given for hyperhive's tools: a sub-agent's is `s<id>.<mac>`
-(harness/agent_tokens.py). Per wake:
+(service/agent_tokens.py). Per wake:
 
 - the parent, from `operator`: `delegate[ PROFILE]: TASK` calls `subagent_start(task, profile)`, then replies
   `started: <its answer>` or `refused: <the tool's message>`;
@@ -39,7 +39,7 @@ from tests.faults.crash_agent import log_call
 _DELEGATE = re.compile(r"delegate(?: ([a-z][a-z0-9-]*))?:\s*(.*)", re.DOTALL)
 _RUN = re.compile(r"run:\s*(.+)", re.DOTALL)
 _FLOOD = re.compile(r"flood:\s*(\d+)\s*x\s*(\d+)")
-TASK_MARK = "The task:\n"  # where the preamble of a sub-agent's first wake ends (harness/subagents.py)
+TASK_MARK = "The task:\n"  # where the preamble of a sub-agent's first wake ends (core/subagents.py)
 REPLY_CHARS = 500
 LINE = 100
 HANG_SECS = 3600.0

@@ -34,7 +34,7 @@ from tests.process.harness_service import Service, running_service
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
-PLACES = 32  # harness/connections.py, Limits.other
+PLACES = 32  # service/connections.py, Limits.other
 
 
 class Burst:

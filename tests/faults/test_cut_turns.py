@@ -4,7 +4,7 @@ Issue 16, item 14: the service killed (kill -9) or restarted (SIGTERM, as `syste
 agent had replied, started a task and set a reminder, but before its turn ended. Delivery is at least once,
 so the wake comes again, and the outbox ended with two replies to one message: nothing told the agent that
 it had answered already. The prompt that carries such a wake now says which turn carried it before and
-what that turn did that the harness saw (harness/carried_again.py). The agent here (careful_agent.py) does
+what that turn did that the harness saw (core/carried_again.py). The agent here (careful_agent.py) does
 three things for a job and holds its turn open; given the note, it does none of them twice.
 """
 

@@ -21,7 +21,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
-from hyperhive.harness.agent_tokens import AgentTokens
+from hyperhive.service.agent_tokens import AgentTokens
 from tests.faults.conftest import Record
 from tests.process.test_subagents import (
     agent_processes,

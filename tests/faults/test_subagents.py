@@ -28,7 +28,7 @@ from tests.process.harness_service import Service, run_cli, service_env, start_s
 
 HERE = Path(__file__).resolve().parent
 DELEGATING_AGENT = HERE / "delegating_agent.py"
-# How much of an answer the parent's wake carries (harness/subagents.py), and the line that says there is more.
+# How much of an answer the parent's wake carries (core/subagents.py), and the line that says there is more.
 WAKE_ANSWER_CHARS = 8000
 WAKE_NOTE_CHARS = 200
 
@@ -261,7 +261,9 @@ def test_the_concurrency_and_depth_limits_are_refused_with_a_message_the_agent_r
         # The operator cancels one (its hung agent killed after the grace): a start fits again.
         cancelled = control(svc.state, "subagent_cancel", id=1, timeout=30)
         assert cancelled is not None and cancelled["subagent"]["state"] == "cancelled", cancelled
-        svc.cli("send", "delegate: run: echo three")
+        # The task outlives the run call (sleep 1): one that ended within it is told there, not by its wake
+        # (the told-once rule), and the sub-agent's answer would then never say "finished".
+        svc.cli("send", "delegate: run: sleep 1; echo three")
         _reply_with(svc, "finished: three")  # its task's end answered too: it is idle, not working
         # A sub-agent whose profile may delegate, at the deepest depth allowed: its start is refused.
         svc.cli("send", "delegate nested: delegate: run: echo deeper")

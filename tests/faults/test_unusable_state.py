@@ -153,12 +153,12 @@ def test_every_unusable_path_ends_the_services_start_in_one_line_and_exit_3(tmp_
 _WRITE_STATE = """
 import os, signal, sys
 from pathlib import Path
-from hyperhive.harness.records import Records
+from hyperhive.store.tables import Tables
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
-records = Records(Store(Path(sys.argv[1])))
-records.add_wake("operator", "please look at the logs")
-records.add_outbox("agent", "the logs are clean")
+records = Tables(Store(Path(sys.argv[1])))
+records.wakes.add("operator", "please look at the logs")
+records.outbox.add("agent", "the logs are clean")
 task = TaskTable(records.store).create("grep -c error app.log", "/", None, os.getpid(), "0")
 TaskTable(records.store).mark_running(task.id, os.getpid(), "0", 1.0)
 if sys.argv[2] == "crash":

@@ -46,6 +46,7 @@ let
         subagentsJson =
           if svc.environment ? HIVE_SUBAGENTS then builtins.readFile svc.environment.HIVE_SUBAGENTS else null;
         users = cfg.users;
+        firewall = cfg.networking.firewall.allowedTCPPorts;
         warnings = cfg.warnings;
         # What a VM test node sets besides the service (nix/tests/demo-machine.nix).
         machine = {

@@ -27,6 +27,8 @@ rec {
       cfg = eval.config;
       failed = map (a: a.message) (builtins.filter (a: !a.assertion) cfg.assertions);
       agent = cfg.services.hyperhive.agent or { };
+      # The hive's agents (services.hyperhive.agents), each with its own package.
+      hiveAgents = builtins.filter (a: a.enable) (lib.attrValues (cfg.services.hyperhive.agents or { }));
       services = lib.mapAttrs (
         _: s:
         removeAttrs s [ "path" ]
@@ -38,7 +40,9 @@ rec {
         lib.concatMap (s: s.path) (lib.attrValues cfg.systemd.services)
         ++ cfg.environment.systemPackages
         ++ lib.optional (agent.enable or false) agent.package
-        ++ lib.optional (agent.enable or false && agent.runtime == "claude") agent.claude.package;
+        ++ lib.optional (agent.enable or false && agent.runtime == "claude") agent.claude.package
+        ++ map (a: a.package) hiveAgents
+        ++ map (a: a.claude.package) (builtins.filter (a: a.runtime == "claude") hiveAgents);
     in
     if failed != [ ] then
       throw "Failed assertions:\n${lib.concatMapStrings (m: "- ${m}\n") failed}"

@@ -97,6 +97,47 @@ in
       type = types.submodule { freeformType = anything; };
       default = { };
     };
+    networking.firewall.allowedTCPPorts = mkOption {
+      type = types.listOf types.port;
+      default = [ ];
+    };
+    # nixpkgs' services.nats (nixos/modules/services/networking/nats.nix), what services.hyperhive.broker
+    # sets and reads: its options, and its unit as nixpkgs makes it (ExecStart on the JSON settings, the
+    # nats user, StateDirectory for the default dataDir, the hardening that matters for reading files).
+    services.nats = {
+      enable = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      user = mkOption {
+        type = types.str;
+        default = "nats";
+      };
+      group = mkOption {
+        type = types.str;
+        default = "nats";
+      };
+      serverName = mkOption {
+        type = types.str;
+        default = "nats";
+      };
+      jetstream = mkOption {
+        type = types.bool;
+        default = false;
+      };
+      port = mkOption {
+        type = types.port;
+        default = 4222;
+      };
+      dataDir = mkOption {
+        type = types.path;
+        default = "/var/lib/nats";
+      };
+      settings = mkOption {
+        type = anything;
+        default = { };
+      };
+    };
     systemd.package = mkOption {
       type = types.package;
       default = pkgs.systemd;
@@ -166,13 +207,56 @@ in
   };
 
   config = {
+    services.nats.settings = lib.mkIf config.services.nats.enable {
+      server_name = config.services.nats.serverName;
+      inherit (config.services.nats) port;
+      jetstream = lib.optionalAttrs config.services.nats.jetstream { store_dir = config.services.nats.dataDir; };
+    };
+    systemd.services.nats = lib.mkIf config.services.nats.enable {
+      description = "NATS messaging system";
+      wantedBy = [ "multi-user.target" ];
+      after = [ "network.target" ];
+      serviceConfig = lib.mkMerge [
+        (lib.mkIf (config.services.nats.dataDir == "/var/lib/nats") {
+          StateDirectory = "nats";
+          StateDirectoryMode = "0750";
+        })
+        {
+          Type = "simple";
+          ExecStart = "${pkgs.nats-server}/bin/nats-server -c ${pkgs.writeText "nats.conf" (builtins.toJSON config.services.nats.settings)}";
+          ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
+          ExecStop = "${pkgs.coreutils}/bin/kill -SIGINT $MAINPID";
+          Restart = "on-failure";
+          User = config.services.nats.user;
+          Group = config.services.nats.group;
+          PrivateTmp = true;
+          PrivateUsers = true;
+          ProtectSystem = "strict";
+          ReadWritePaths = [ config.services.nats.dataDir ];
+          RestrictAddressFamilies = [
+            "AF_INET"
+            "AF_INET6"
+          ];
+          UMask = "0077";
+        }
+      ];
+    };
+    users.users = lib.mkIf (config.services.nats.enable && config.services.nats.user == "nats") {
+      nats = {
+        isSystemUser = true;
+        inherit (config.services.nats) group;
+        home = config.services.nats.dataDir;
+      };
+    };
     # NixOS's own groups that users of these tests name (users-groups.nix declares more).
-    users.groups = lib.genAttrs [
-      "root"
-      "wheel"
-      "users"
-      "nogroup"
-    ] (_: { });
+    users.groups =
+      lib.genAttrs [
+        "root"
+        "wheel"
+        "users"
+        "nogroup"
+      ] (_: { })
+      // lib.optionalAttrs (config.services.nats.enable && config.services.nats.group == "nats") { nats = { }; };
     assertions = lib.concatLists (
       lib.mapAttrsToList (name: user: [
         {

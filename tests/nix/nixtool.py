@@ -36,7 +36,12 @@ FLAKE_CHECKS = [
     "vm-acp-demo-starts",
     "vm-claude-standin",
     "vm-dynamic-user",
+    "vm-hive-two-agents",
+    "vm-hive-two-hosts",
+    "vm-metrics-endpoint",
     "vm-normal-user",
+    "vm-notification-sent",
+    "vm-permission-held",
     "vm-restart-interrupts-tasks",
     "vm-secrets",
     "vm-send-produces-turn",
@@ -123,6 +128,17 @@ def eval_module(
         args += ["--arg", "pathPackages", "[ " + " ".join(json.dumps(p) for p in path_packages) + " ]"]
     if modules:
         # Nix path literals: absolute, no quoting.
+        args += ["--arg", "extraModules", "[ " + " ".join(str(m.resolve()) for m in modules) + " ]"]
+    return instantiate(args)
+
+
+def eval_hive(settings: dict[str, Any], modules: list[Path] | None = None) -> Any:
+    """tests/nix/eval-hive.nix: the module with `settings` as services.hyperhive (agents, hive, agent)
+    under lib.evalModules with the NixOS stand-ins, plus `modules` (NixOS module files)."""
+    lib = nixpkgs_lib()
+    assert lib is not None
+    args = ["tests/nix/eval-hive.nix", "--arg", "lib", f"import {lib}", "--argstr", "settings", json.dumps(settings)]
+    if modules:
         args += ["--arg", "extraModules", "[ " + " ".join(str(m.resolve()) for m in modules) + " ]"]
     return instantiate(args)
 

@@ -4,13 +4,16 @@
 # real lib, fake packages) whose `lib.nixosSystem` evaluates the modules with the NixOS stand-ins
 # (tests/nix/nixos-node.nix) and a secrets manager's stand-in (fixtures/readme-host/secrets-manager.nix).
 #   nix-instantiate --eval --strict --json --read-write-mode tests/nix/readme-host.nix \
-#     --arg lib "import $NIXPKGS_LIB" --arg hostDir /path/to/extracted
+#     --arg lib "import $NIXPKGS_LIB" --arg hostDir /path/to/extracted [--arg secretsModule ./module.nix]
+# (The README's hive host, tests/nix/test_readme_hive.py, passes fixtures/readme-host/hive-secrets-manager.nix.)
 # `pkgs.opencode` stands in as `opencode acp` running hyperhive's demo ACP agent (no provider, no
 # network): the example's unit starts, runs its agent and answers.
 {
   lib,
   hostDir,
   system ? "x86_64-linux",
+  # What the host's secrets manager does (the environment file in place before the agents start).
+  secretsModule ? ./fixtures/readme-host/secrets-manager.nix,
 }:
 let
   stub = import ./stub-nixpkgs/pkgs.nix { inherit lib system; };
@@ -31,7 +34,7 @@ let
     lib = lib // {
       nixosSystem =
         { system, modules }:
-        evalNode (modules ++ [ ./fixtures/readme-host/secrets-manager.nix ]);
+        evalNode (modules ++ [ secretsModule ]);
     };
     legacyPackages.${system} = pkgs;
   };

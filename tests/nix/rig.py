@@ -107,6 +107,9 @@ def apt_mirror(suite: str = "bookworm") -> str:
 RIG_VENV = CACHE / f"venv-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}"
 
 
+EXTRAS = "[nats]"
+
+
 def _digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for path in paths:
@@ -122,7 +125,8 @@ def ensure_venv() -> Path:
     if not python.exists():
         raise RigUnavailable("/usr/bin/python3 (Debian's) is needed for the rig's venv")
     project = REPO / "python"
-    deps = _digest([project / "pyproject.toml"])
+    # With the `nats` extra: the flake's package carries nats-py (nix/package.nix), the hive across hosts.
+    deps = _digest([project / "pyproject.toml"]) + f" {EXTRAS}"
     source = _digest([project / "pyproject.toml", *sorted(p for p in (project / "src").rglob("*.py"))])
     deps_stamp, source_stamp = RIG_VENV / ".deps", RIG_VENV / ".source"
     pip = [str(RIG_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
@@ -133,7 +137,7 @@ def ensure_venv() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         steps: list[list[str]] = []
         if not (deps_stamp.exists() and deps_stamp.read_text() == deps):
-            steps = [[str(python), "-m", "venv", "--clear", str(RIG_VENV)], [*pip, str(project)]]
+            steps = [[str(python), "-m", "venv", "--clear", str(RIG_VENV)], [*pip, f"{project}{EXTRAS}"]]
         elif not (source_stamp.exists() and source_stamp.read_text() == source):
             steps = [[*pip, "--no-deps", "--force-reinstall", str(project)]]
         for cmd in steps:

@@ -15,6 +15,7 @@ in
   bash = fake "bash-5.3" "bash";
   bzip2 = fake "bzip2-1.0.8" "bzip2";
   coreutils = fake "coreutils-9.8" "ls";
+  curl = fake "curl-8.16.0" "curl";
   diffutils = fake "diffutils-3.12" "diff";
   findutils = fake "findutils-4.10.0" "find";
   gawk = fake "gawk-5.3.2" "awk";
@@ -24,6 +25,8 @@ in
   gnused = fake "gnused-4.9" "sed";
   gnutar = fake "gnutar-1.35" "tar";
   gzip = fake "gzip-1.14" "gzip";
+  jq = fake "jq-1.8.1" "jq";
+  nats-server = fake "nats-server-2.11.0" "nats-server";
   nodejs = fake "nodejs-22.0.0" "node";
   procps = fake "procps-4.0.4" "ps";
   systemd = fake "systemd-258" "systemctl";
@@ -31,4 +34,6 @@ in
   which = fake "which-2.23" "which";
   xz = fake "xz-5.8.1" "xz";
   writeText = name: text: builtins.toFile name text;
+  # As nixpkgs' (trivial-builders), a shebang (sh here, bash there) and the text, in a file of the store.
+  writeShellScript = name: text: builtins.toFile name "#!/bin/sh\n${text}";
 }

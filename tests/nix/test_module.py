@@ -4,12 +4,17 @@ file it renders, and every assertion message an operator can meet."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.nix.nixtool import NixError, eval_module, requires_lib, requires_nix
+from tests.nix.nixtool import REPO, NixError, eval_module, requires_lib, requires_nix
 
 pytestmark = [requires_nix, requires_lib]
 
@@ -63,6 +68,7 @@ def test_acp_unit_environment_is_the_harness_contract() -> None:
         "HIVE_ACP_PERMISSION_POLICY": "allow",
         "HIVE_ACP_AUTH_METHOD": "key",
         "HIVE_ACP_START_TIMEOUT": "60",
+        "HIVE_PERMISSION_TIMEOUT": "600",
         "HIVE_STATE_DIR": "/var/lib/hyperhive",
         "HIVE_WORKDIR": "/var/lib/hyperhive",
         "HIVE_CGROUP": "auto",
@@ -256,6 +262,77 @@ def test_the_web_view_is_off_unless_enabled_and_then_serves_on_its_port() -> Non
     proxied = {**DEMO, "web": {"enable": True, "port": 9000, "origin": "https://agent.example.com"}}
     env = eval_module(proxied)["unit"]["environment"]
     assert (env["HIVE_WEB_PORT"], env["HIVE_WEB_ORIGIN"]) == ("9000", "https://agent.example.com")
+
+
+def test_notifications_are_off_unless_a_command_is_set_and_a_script_is_the_whole_argv() -> None:
+    assert not any(k.startswith("HIVE_NOTIFY") for k in eval_module(DEMO)["unit"]["environment"])
+    script = "/nix/store/00000000000000000000000000000000-notify-ntfy"
+    env = eval_module({**DEMO, "notify": {"command": script}})["unit"]["environment"]
+    assert {k: v for k, v in env.items() if k.startswith("HIVE_NOTIFY")} == {
+        "HIVE_NOTIFY_COMMAND": json.dumps([script]).replace(" ", ""),
+        "HIVE_NOTIFY_TIMEOUT": "30",
+        "HIVE_NOTIFY_CONCURRENCY": "4",
+        "HIVE_NOTIFY_BACKLOG": "64",
+    }
+    argv = {"command": [script, "--topic", "agents"], "timeout": 10, "concurrency": 1, "backlog": 8}
+    env = eval_module({**DEMO, "notify": argv})["unit"]["environment"]
+    assert json.loads(env["HIVE_NOTIFY_COMMAND"]) == [script, "--topic", "agents"]
+    assert (env["HIVE_NOTIFY_TIMEOUT"], env["HIVE_NOTIFY_CONCURRENCY"], env["HIVE_NOTIFY_BACKLOG"]) == ("10", "1", "8")
+
+
+def test_the_ntfy_example_of_docs_notifications_posts_each_event_with_the_token_of_the_environment_file(
+    tmp_path: Path,
+) -> None:
+    """docs/notifications.md's NixOS block as an operator copies it: evaluated with the module, its script
+    run on an event (jq for real, curl a stand-in that writes down its arguments)."""
+    doc = (REPO / "docs/notifications.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```nix\n(services\.hyperhive\.agent = .*?)```", doc, re.DOTALL)
+    module = tmp_path / "ntfy.nix"
+    module.write_text("{ pkgs, lib, ... }:\n{\n" + block + "}\n")
+    unit = eval_module(DEMO, modules=[module])["unit"]
+    [script] = json.loads(unit["environment"]["HIVE_NOTIFY_COMMAND"])
+    assert unit["serviceConfig"]["EnvironmentFile"] == ["/run/secrets/hyperhive-agent.env"]
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed")
+    curl = tmp_path / "curl"
+    curl.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"\n")
+    curl.chmod(0o755)
+    text = Path(script).read_text(encoding="utf-8")
+    text = text.replace("/nix/store/00000000000000000000000000000000-jq-1.8.1/bin/jq", jq)
+    text = text.replace("/nix/store/00000000000000000000000000000000-curl-8.16.0/bin/curl", str(curl))
+    event = {"version": 1, "event": "permission_request", "agent": "alice", "id": 7, "tool": "bash"}
+    event |= {
+        "title": "rm -rf build/",
+        "allow": "hyperhive permissions allow 7",
+        "deny": "hyperhive permissions deny 7",
+    }
+    run = subprocess.run(
+        ["/bin/sh", "-c", text],
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "NTFY_TOKEN": "tk_secret"},
+        timeout=30,
+        check=True,
+    )
+    argv = json.loads(run.stdout)
+    assert argv[argv.index("--data-binary") + 1] == (
+        "bash asks: rm -rf build/\nhyperhive permissions allow 7\nhyperhive permissions deny 7"
+    )
+    assert "Authorization: Bearer tk_secret" in argv and "Title: alice: permission_request" in argv
+    assert argv[-1] == "https://ntfy.sh/my-agents"
+
+
+def test_the_metrics_endpoint_is_off_unless_enabled_and_opens_the_firewall_only_when_asked() -> None:
+    off = eval_module(DEMO)
+    assert not any(k.startswith("HIVE_METRICS") for k in off["unit"]["environment"]) and off["firewall"] == []
+    local = eval_module({**DEMO, "metrics": {"enable": True}})
+    env = local["unit"]["environment"]
+    assert (env["HIVE_METRICS_PORT"], env["HIVE_METRICS_ADDRESS"]) == ("9464", "127.0.0.1")
+    assert local["firewall"] == []  # loopback: nothing to open
+    scraped = eval_module({**DEMO, "metrics": {"enable": True, "port": 9100, "address": "::", "openFirewall": True}})
+    assert scraped["unit"]["environment"]["HIVE_METRICS_ADDRESS"] == "::" and scraped["firewall"] == [9100]
 
 
 def test_secrets_and_credentials_stay_out_of_the_store() -> None:
@@ -506,6 +583,10 @@ ASSERTIONS = {
         'services.hyperhive.agent: web.origin must be an origin such as "https://agent.example.com" (scheme, '
         "host, optional port; no path)",
     ),
+    "metrics-open-firewall-on-loopback": (
+        {**DEMO, "metrics": {"enable": True, "openFirewall": True}},
+        "services.hyperhive.agent: metrics.openFirewall is set but metrics.address is 127.0.0.1, a loopback address",
+    ),
     "web-origin-without-the-view": (
         {**DEMO, "web": {"origin": "https://agent.example.com"}},
         "services.hyperhive.agent: web.origin is set but web.enable is not: the web view is not served",
@@ -534,7 +615,10 @@ TYPE_ERRORS = {
         {**DEMO, "extraMcpServers": {"w": {"type": "ws"}}},
         'services.hyperhive.agent.extraMcpServers.w.type\' is not of type `one of "stdio", "http"\'',
     ),
-    "policy": ({**DEMO, "acp": {**DEMO["acp"], "permissionPolicy": "ask"}}, "acp.permissionPolicy' is not of type"),
+    "policy": (
+        {**DEMO, "acp": {**DEMO["acp"], "permissionPolicy": "sometimes"}},
+        "acp.permissionPolicy' is not of type",
+    ),
     "timeout": ({**DEMO, "idleTimeout": 0}, "services.hyperhive.agent.idleTimeout' is not of type"),
     "relative-workdir": (
         {**DEMO, "workingDirectory": "repo"},
@@ -583,6 +667,14 @@ TYPE_ERRORS = {
     "web-port": (
         {**DEMO, "web": {"enable": True, "port": 70000}},
         "services.hyperhive.agent.web.port' is not of type `16 bit unsigned integer",
+    ),
+    "notify-empty-command": (
+        {**DEMO, "notify": {"command": []}},
+        "services.hyperhive.agent.notify.command' is not of type",
+    ),
+    "notify-concurrency": (
+        {**DEMO, "notify": {"command": "/run/notify", "concurrency": 0}},
+        "services.hyperhive.agent.notify.concurrency' is not of type `positive integer, meaning >0'",
     ),
     "unknown-option": (
         {**DEMO, "acp": {"comand": "/bin/x"}},

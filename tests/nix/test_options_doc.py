@@ -61,9 +61,32 @@ def test_options_doc_documents_every_option_the_issue_names() -> None:
         "web.enable",
         "web.port",
         "web.origin",
+        "notify.command",
+        "notify.timeout",
+        "notify.concurrency",
+        "notify.backlog",
+        "metrics.enable",
+        "metrics.port",
+        "metrics.address",
+        "metrics.openFirewall",
         "subagentLimits.maxConcurrent",
         "subagentLimits.maxDepth",
         "subagentLimits.budget",
         "subagentLimits.idleAgents",
     ):
         assert f"## `services.hyperhive.agent.{name}`" in doc, name
+        if name != "enable":  # an agent of the hive runs unless disabled: the same option, its own default
+            assert f"## `services.hyperhive.agents.<name>.{name}`" in doc, name
+
+
+def test_options_doc_documents_the_hive() -> None:
+    doc = (REPO / "docs/options.md").read_text(encoding="utf-8")
+    for name in (
+        "agents",
+        "agents.<name>.enable",
+        "agents.<name>.canMessage",
+        "agents.<name>.acceptFrom",
+        "hive.hopLimit",
+        "hive.ratePerMinute",
+    ):
+        assert f"## `services.hyperhive.{name}`" in doc, name

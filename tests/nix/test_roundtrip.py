@@ -216,3 +216,20 @@ def test_the_web_views_settings_reach_the_harness_through_the_unit_file(tmp_path
     env["HIVE_STATE_DIR"] = str(tmp_path / "state")
     config = load_config(env, read_mcp_servers=False)
     assert (config.web_port, config.web_origin) == (9000, "https://agent.example.com")
+
+
+@requires_lib
+def test_the_metrics_settings_reach_the_harness_through_the_unit_file(tmp_path: Path) -> None:
+    out = eval_module(
+        {
+            "enable": True,
+            "runtime": "acp",
+            "acp": {"command": "/bin/agent"},
+            "workingDirectory": str(tmp_path),
+            "metrics": {"enable": True, "port": 9100, "address": "0.0.0.0", "openFirewall": True},
+        }
+    )
+    env = environment_of(to_service_file(out["unit"]))
+    env["HIVE_STATE_DIR"] = str(tmp_path / "state")
+    config = load_config(env, read_mcp_servers=False)
+    assert (config.metrics_port, config.metrics_address) == (9100, "0.0.0.0")

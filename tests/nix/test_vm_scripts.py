@@ -58,6 +58,7 @@ def test_vm_script_passes_against_systemd(test: VmTest, tmp_path: Path) -> None:
                     node,
                     stub_packages(),
                     log,
+                    peers=tuple(test.nodes) if len(test.nodes) > 1 else (),
                 )
                 for name, node in test.nodes.items()
             }

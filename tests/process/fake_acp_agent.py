@@ -7,7 +7,9 @@ prompt text chooses what a turn does: space-separated directives run in order, e
 `say:hi tool:files/read usage:10/1000`. See `FakeAgent.prompt` for the list.
 
 Everything it is asked is appended to `agent-calls.jsonl` in its working directory (with its pid), and its
-sessions live in `fake-sessions.json` there, so a respawned agent can `session/load` them.
+sessions live in `fake-sessions.json` there, so a respawned agent can `session/load` them. A permission it
+asks for is logged too: `asking` as the request leaves, `permission` with the answer, each with the time
+(benchmarks/permissions.py reads them).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from acp import (
     PROTOCOL_VERSION,
@@ -318,12 +322,12 @@ class Turn:
             self.sid, UsageUpdate(session_update="usage_update", used=int(used), size=int(size))
         )
 
-    async def _permission(self) -> str:
-        call = "call_perm"
-        await self.conn.session_update(self.sid, start_tool_call(call, "bash", kind="execute", status="pending"))
+    async def _permission(self, title: str = "bash", command: str = "ls", call: str = "call_perm") -> str:
+        await self.conn.session_update(self.sid, start_tool_call(call, title, kind="execute", status="pending"))
+        log_call("asking", call=call, at=time.time())  # just before the request leaves (benchmarks/permissions.py)
         response = await self.conn.request_permission(
             session_id=self.sid,
-            tool_call=ToolCallUpdate(tool_call_id=call, title="bash", raw_input={"command": "ls"}),
+            tool_call=ToolCallUpdate(tool_call_id=call, title=title, raw_input={"command": command}),
             options=[
                 PermissionOption(option_id="always", name="Always", kind="allow_always"),
                 PermissionOption(option_id="once", name="Once", kind="allow_once"),
@@ -332,12 +336,27 @@ class Turn:
         )
         outcome = response.outcome
         chosen = getattr(outcome, "option_id", None) or outcome.outcome
-        log_call("permission", outcome=chosen)
+        log_call("permission", outcome=chosen, at=time.time())
         return str(chosen)
 
     async def do_perm(self, arg: str) -> None:
         """`perm`: ask permission for a bash call, then say what was chosen (`perm:once`, `perm:cancelled`)."""
         await self.say(f"perm:{await self._permission()}")
+
+    async def do_permask(self, arg: str) -> None:
+        """`permask:TITLE/COMMAND` (each URL-quoted): ask permission for a call titled TITLE running COMMAND,
+        then say what was chosen; what a hostile agent would show the operator."""
+        title, _, command = arg.partition("/")
+        await self.say(f"perm:{await self._permission(unquote(title), unquote(command), 'call_' + title[:20])}")
+
+    async def do_permflood(self, arg: str) -> None:
+        """`permflood:N`: N permission requests at once, each for its own command (a hostile or looping agent);
+        says how many were allowed and how many refused."""
+        outcomes = await asyncio.gather(
+            *(self._permission("bash", f"flood {i}", f"call_flood_{i}") for i in range(int(arg)))
+        )
+        allowed = sum(1 for o in outcomes if o == "once")
+        await self.say(f"flood:{allowed} allowed, {len(outcomes) - allowed} not")
 
     async def do_cancelperm(self, arg: str) -> None:
         """`cancelperm`: wait for the cancel (ticking), then ask a permission, as a tool in flight would."""

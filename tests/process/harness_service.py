@@ -125,11 +125,14 @@ def running_service(tmp_path: Path, *, name: str = "service", **extra: str) -> I
             service.stop()
 
 
-def start_service(env: dict[str, str], log: Path, *, wrapper: Sequence[str] = ()) -> Service:
-    """The service, started through `wrapper` if given (`prlimit --nofile=1024:`, as a systemd unit has it)."""
+def start_service(
+    env: dict[str, str], log: Path, *, wrapper: Sequence[str] = (), python: str = sys.executable
+) -> Service:
+    """The service, started through `wrapper` if given (`prlimit --nofile=1024:`, as a systemd unit has it),
+    by `python` (which it also runs its bash servers with)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [*wrapper, sys.executable, "-m", "hyperhive", "agent"], env=env, stdout=out, stderr=subprocess.STDOUT
+            [*wrapper, python, "-m", "hyperhive", "agent"], env=env, stdout=out, stderr=subprocess.STDOUT
         )
     service = Service(env, proc, log)
     try:

@@ -62,7 +62,7 @@ FORWARDING_FORBIDDEN = (
     "hyperhive.procs",
     "hyperhive.bash_mcp.server",
     "hyperhive.bash_mcp.jsonrpc",
-    "hyperhive.harness.control",
+    "hyperhive.service.control",
 )
 
 

@@ -19,13 +19,13 @@ from mcp.server.fastmcp import Context, FastMCP
 
 from hyperhive.config import Config
 from hyperhive.demo_agent.plan import DEMO_COMMAND
-from hyperhive.harness.http_limits import Limits
-from hyperhive.harness.http_server import loopback_listener, serve_http
 from hyperhive.mcp_servers import HttpServer, McpServers, StdioServer
 from hyperhive.runtime.acp import AcpRuntime
 from hyperhive.runtime.base import ListSink
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import AssistantLine, ResultLine, StreamLine, ToolResultBlock, ToolUseBlock, UserLine
+from hyperhive.service.http_limits import Limits
+from hyperhive.service.http_server import loopback_listener, serve_http
 from hyperhive.store.database import Store
 from tests.process.acp_harness import alive, kinds, texts
 

@@ -14,7 +14,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.control import MAX_REQUEST, ControlClient, ControlError, ServiceUnavailable
+from hyperhive.service.control import MAX_REQUEST, ControlClient, ControlError, ServiceUnavailable
 from hyperhive.store.database import Store
 from hyperhive.store.wakes import WakeTable
 from tests.process.bash_client import bash_server
@@ -102,8 +102,8 @@ def test_kill_9_mid_turn_then_restart_carries_the_wake_again(tmp_path: Path) -> 
                 and [c for c in again.agent_calls() if c["method"] == "session/prompt"]
             ),
         )
-        # The same prompt again, but for its tag (each prompt draws its own: harness/prompt.py) and the note
-        # saying that the cut turn carried it before (harness/carried_again.py).
+        # The same prompt again, but for its tag (each prompt draws its own: core/prompt.py) and the note
+        # saying that the cut turn carried it before (core/carried_again.py).
         assert len(prompts) == 2
         first, second = (untagged(p["text"]) for p in prompts)
         note = "\n".join(line for line in second.splitlines()[1:] if line.startswith("[hyperhive]"))

@@ -2,7 +2,7 @@
 
 Seen on main: another process held `BEGIN IMMEDIATE` for 14 s; a `send` sat in SQLite's 10 s busy wait on
 the service's event loop, and every connection of the service froze with it, `ping` included (9.7 s). The
-service's writes to its tables run on a worker thread (harness/inbox.py): `ping` and `status` answer while
+service's writes to its tables run on a worker thread (core/inbox.py): `ping` and `status` answer while
 the send waits for the lock, and the send is stored once the lock goes.
 """
 

@@ -133,7 +133,9 @@ async def test_a_running_service_makes_only_what_the_layout_names_with_its_modes
     with umask(0), running_service(tmp_path) as svc:
         svc.cli("send", "say:hello")
         async with bash_server(svc.state, svc.workdir) as bash:
-            await bash.ok("run", cmd="echo out; echo err >&2", wait_seconds=0)  # its end: a wake, a turn
+            # The task outlives the call (sleep): a task that ends within its `run` call is told in the
+            # answer and wakes no one (tasks/supervisor.py), and then there would be no second turn.
+            await bash.ok("run", cmd="sleep 1; echo out; echo err >&2", wait_seconds=0)  # its end: a wake
         await anyio.to_thread.run_sync(svc.wait_for, "two turns", lambda: svc.status()["turns"] >= 2)
         made = {p.relative_to(svc.state).as_posix() for p in svc.state.rglob("*")}
         while_running = against_the_layout(svc.state)

@@ -26,7 +26,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
-from hyperhive.harness.agent_tokens import AgentTokens
+from hyperhive.service.agent_tokens import AgentTokens
 from tests.process.acp_harness import alive
 from tests.process.harness_service import Service, run_cli, running_service, service_env, start_service
 
@@ -351,8 +351,11 @@ async def test_a_cancelled_parent_sub_agent_runs_no_more_turns_and_the_operator_
     # which ran one more turn and relayed "sub-agent 2 was its parent, sub-agent 1, was cancelled."
     with serving(tmp_path, HIVE_SUBAGENTS=profiles(tmp_path, lead={"delegate": True}), HIVE_CANCEL_GRACE="8") as svc:
         await call(svc, "subagent_start", task="delegate: run 25s: sleep 30", profile="lead", wait_seconds=25)
-        await wait_for(svc, "the grandchild's task running", lambda: rows(svc, "SELECT agent, status FROM tasks"))
-        assert rows(svc, "SELECT agent, status FROM tasks") == [(2, "running")]
+        # A task's row is `pending` until its start gate opens (its pid stored): wait for it running.
+        running = [(2, "running")]
+        await wait_for(
+            svc, "the grandchild's task running", lambda: rows(svc, "SELECT agent, status FROM tasks") == running
+        )
         lead_turns = rows(svc, "SELECT COUNT(*) FROM turns WHERE agent = 1")[0][0]
         svc.cli("subagents", "cancel", "1")
         await wait_for(svc, "the cancel relayed", lambda: outbox(svc))

@@ -517,3 +517,14 @@ def test_prompt_usage_in_claudes_key_names() -> None:
         "thought_tokens": 3,
         "total_tokens": 9,
     }
+
+
+def test_a_turns_cost_is_the_rise_of_the_sessions_count_and_a_fresh_count_is_all_the_turns() -> None:
+    from hyperhive.runtime.acp.translate import turn_share
+
+    # As claude-agent-acp counted five prompts of one session (tests/fixtures/captures).
+    before, shares = 0.0, []
+    for said in (0.000105, 0.000315, None, 0.000525, 0.0001):
+        share, before = turn_share(before, said)
+        shares.append(None if share is None else round(share, 9))
+    assert shares == [0.000105, 0.00021, None, 0.00021, 0.0001]  # the last: a new process counting afresh

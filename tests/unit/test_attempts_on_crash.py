@@ -44,7 +44,7 @@ async def test_a_turn_costs_its_wakes_an_attempt_only_once_the_agent_starts_on_i
 ) -> None:
     runtime = StartingRuntime(init=init)
     async with running_loop(tmp_path, runtime) as (loop, records):
-        wake = records.add_wake("operator", "hello")
+        wake = records.wakes.add("operator", "hello")
         loop.inbox.wake_committed()
         with anyio.fail_after(5):
             await runtime.started.wait()
@@ -68,6 +68,6 @@ async def test_a_turn_that_fails_before_the_agent_starts_still_counts(tmp_path: 
 
     runtime = NoLine(script)
     async with running_loop(tmp_path, runtime) as (loop, records):
-        wake = records.add_wake("operator", "hello")
+        wake = records.wakes.add("operator", "hello")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).attempts >= 2)

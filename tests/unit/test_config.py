@@ -168,8 +168,16 @@ def test_command_line_overrides_are_checked_like_their_variables(tmp_path: Path)
 def test_the_permission_policy_is_allow_by_default_and_validated() -> None:
     assert load_config({}).acp_permission_policy == "allow"
     assert load_config({"HIVE_ACP_PERMISSION_POLICY": "deny"}).acp_permission_policy == "deny"
-    with pytest.raises(ConfigError, match="HIVE_ACP_PERMISSION_POLICY: must be 'allow' or 'deny'"):
+    assert load_config({"HIVE_ACP_PERMISSION_POLICY": "ask"}).acp_permission_policy == "ask"
+    with pytest.raises(ConfigError, match="HIVE_ACP_PERMISSION_POLICY: must be 'allow', 'deny' or 'ask'"):
         load_config({"HIVE_ACP_PERMISSION_POLICY": "sometimes"})
+
+
+def test_a_permission_request_waits_ten_minutes_by_default_and_a_bad_timeout_is_named() -> None:
+    assert load_config({}).permission_timeout == 600.0
+    assert load_config({"HIVE_PERMISSION_TIMEOUT": "30"}).permission_timeout == 30.0
+    with pytest.raises(ConfigError, match="HIVE_PERMISSION_TIMEOUT: must be a positive number of seconds"):
+        load_config({"HIVE_PERMISSION_TIMEOUT": "-1"})
 
 
 def test_a_bad_acp_env_or_args_is_named_without_echoing_its_values() -> None:

@@ -20,8 +20,8 @@ import pytest
 
 from hyperhive.control import wire
 from hyperhive.control.wire import ControlError, NoAnswer, ServiceUnavailable, ask, busy_retried, retries_busy
-from hyperhive.harness.connections import Limits
-from hyperhive.harness.control import ControlServer, Reply
+from hyperhive.service.connections import Limits
+from hyperhive.service.control import ControlServer, Reply
 
 pytestmark = pytest.mark.timeout(60)
 

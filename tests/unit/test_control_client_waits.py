@@ -19,7 +19,7 @@ import pytest
 
 from hyperhive.control import wire
 from hyperhive.control.wire import AnswerLost, ControlCall, NoAnswer, ServiceUnavailable, answer_wait
-from hyperhive.harness.control import ControlClient
+from hyperhive.service.control import ControlClient
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_the_async_client_gives_up_at_the_same_wait(
 ) -> None:
     import anyio
 
-    from hyperhive.harness import control
+    from hyperhive.service import control
 
     # Each await of the call is bounded by a deadline (anyio's fail_after or move_on_after, in seconds
     # from when it is armed): recorded, then armed as asked.

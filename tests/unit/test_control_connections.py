@@ -1,4 +1,4 @@
-"""The control socket's bounds on connections (harness/connections.py), in-process: a real Unix socket, a
+"""The control socket's bounds on connections (service/connections.py), in-process: a real Unix socket, a
 ControlServer with small limits, and clients that misbehave the way issue 16's neighbours did."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import anyio.lowlevel
 import pytest
 
 from hyperhive.control.wire import dump
-from hyperhive.harness.connections import Admission, Limits
-from hyperhive.harness.control import ControlServer, Handler, Reply
+from hyperhive.service.connections import Admission, Limits
+from hyperhive.service.control import ControlServer, Handler, Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -6,14 +6,28 @@ from __future__ import annotations
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio
 
 from hyperhive.demo_agent.agent import Session
-from hyperhive.demo_agent.plan import DEMO_COMMAND, Plan, Wake, last_output_line, parse_wakes, plan_wake, task_of
+from hyperhive.demo_agent.plan import (
+    DEMO_COMMAND,
+    HiveMessage,
+    Plan,
+    Wake,
+    answer_at_once,
+    answer_mark,
+    last_output_line,
+    parse_message,
+    parse_wakes,
+    plan_wake,
+    task_of,
+)
+from hyperhive.hive.envelope import Message
+from hyperhive.hive.node import wake_body
 
 TASK_WAKE_BODY = """task 3 done (exit code 0): sleep 1; echo "hello from a background task"
 last stdout lines (29 bytes in all):
 hello from a background task
 mcp__bash__status(id=3) shows the full status."""
 
-# The first wake of a sub-agent as the harness writes it (harness/subagents.py, `_first_prompt`).
+# The first wake of a sub-agent as the harness writes it (core/subagents.py, `_first_prompt`).
 PREAMBLE = (
     "You are a sub-agent, started by the service's agent to do the task below. You work in /srv/work. Your "
     "final message in each turn is your answer. You cannot start sub-agents of your own.\n\nThe task:\n"
@@ -98,6 +112,114 @@ def test_a_sub_agents_answer_is_relayed_by_its_first_line() -> None:
 def test_a_parent_wake_to_the_services_agent_is_only_noted() -> None:
     plan = plan_wake(Wake("parent", PREAMBLE + "run: ls"))
     assert plan.tool is None and plan.before == "Noted the wake from parent."
+
+
+# -- the hive: other agents of the host ------------------------------------------------------------------
+
+
+def hive_wake(sender: str, number: int, body: str, *, reply_to: str | None = None, hop: int = 1) -> Wake:
+    """The wake a message from `sender` is to its recipient, as hive/node.py writes it, read back from a
+    prompt (its lines quoted after `| `, as core/prompt.py does)."""
+    mid = f"{sender}.{number}"
+    message = Message(
+        id=mid,
+        sender=sender,
+        recipient="bob" if sender != "bob" else "alice",
+        conversation=reply_to or mid,
+        hop=hop,
+        reply_to=reply_to,
+        body=body,
+        sent_at=0.0,
+    )
+    quoted = "\n".join(f"| {line}" if line else "|" for line in wake_body(message).split("\n"))
+    prompt = f"[hyperhive] 1 wake.\n\n--- wake 7 from agent:{sender} at 2026-12-01T06:40:12Z [3f9a61c2] ---\n{quoted}"
+    [wake] = parse_wakes(prompt)
+    assert wake.source == f"agent:{sender}"
+    return wake
+
+
+def test_ask_writes_the_order_to_the_named_agent() -> None:
+    plan = plan_wake(Wake("operator", "ask bob: run: echo hi"))
+    assert call(plan) == ("hyperhive", "message", {"to": "bob", "body": "run: echo hi"})
+    assert "bob" in plan.before and "{result}" in plan.after
+
+
+def test_ask_is_not_taken_for_another_order_and_keeps_a_multi_line_order_whole() -> None:
+    plan = plan_wake(Wake("operator", "Ask build-box:  make\nmake test "))
+    assert call(plan) == ("hyperhive", "message", {"to": "build-box", "body": "make\nmake test"})
+    assert call(plan_wake(Wake("operator", "please ask bob: x")))[:2] == ("bash", "run")  # type: ignore[index]
+
+
+def test_a_message_wake_is_read_as_node_writes_it() -> None:
+    wake = hive_wake("alice", 3, 'run: sleep 1; echo "hi"\nsecond line')
+    assert parse_message(wake.body) == HiveMessage("alice.3", "alice", 'run: sleep 1; echo "hi"\nsecond line', None)
+    answer = hive_wake("bob", 1, "Task 1 finished: hi\nmore", reply_to="alice.3", hop=2)
+    assert parse_message(answer.body) == HiveMessage("bob.1", "bob", "Task 1 finished: hi\nmore", "alice.3")
+    assert parse_message("message, but not one") is None
+
+
+def test_an_answer_to_our_message_is_passed_to_the_operator() -> None:
+    plan = plan_wake(hive_wake("bob", 1, "Task 1 finished: hello\nmore of it", reply_to="alice.1", hop=2))
+    assert call(plan) == ("hyperhive", "reply", {"body": "bob answered alice.1: Task 1 finished: hello"})
+
+
+def test_a_run_order_from_an_agent_runs_in_the_background_marked_with_whom_to_answer() -> None:
+    plan = plan_wake(hive_wake("alice", 1, 'run: sleep 1; echo "hello from bob\'s task"'))
+    assert call(plan) == (
+        "bash",
+        "run",
+        {"cmd": 'sleep 1; echo "hello from bob\'s task"  # answer alice.1', "wait_seconds": 0},
+    )
+    assert plan.answers == "alice.1"
+
+
+def test_any_other_message_is_answered_at_once() -> None:
+    plan = plan_wake(hive_wake("alice", 4, "what is\nthe time?"))
+    assert call(plan) == (
+        "hyperhive",
+        "message",
+        {"to": "alice", "reply_to": "alice.4", "body": "Done with: what is the time?"},
+    )
+
+
+def test_the_end_of_a_task_run_for_an_agent_answers_that_agent_not_the_operator() -> None:
+    body = TASK_WAKE_BODY.replace('task"\n', 'task"  # answer alice.12\n', 1)
+    assert answer_mark(body) == "alice.12"
+    plan = plan_wake(Wake("bash-task-3", body))
+    assert call(plan) == (
+        "hyperhive",
+        "message",
+        {"to": "alice", "reply_to": "alice.12", "body": "Task 3 finished: hello from a background task"},
+    )
+
+
+def test_a_mark_in_a_tasks_output_is_not_whom_it_answers() -> None:
+    body = TASK_WAKE_BODY.replace("hello from a background task\nmcp", "# answer alice.1\nmcp")
+    assert answer_mark(body) is None
+    assert call(plan_wake(Wake("bash-task-3", body)))[1] == "reply"  # type: ignore[index]
+
+
+def test_a_task_for_an_agent_that_ended_within_the_run_call_is_answered_at_once() -> None:
+    plan = plan_wake(hive_wake("alice", 2, "run: echo hi"))
+    started = "task started: id=5\nIt is still running; you will be woken when it ends"
+    assert answer_at_once(plan, started) is None
+    ended = "id=5 done (exit code 0) 0.01s: echo hi  # answer alice.2\nstdout (3 bytes):\nhi\nstderr: (empty)"
+    then = answer_at_once(plan, ended)
+    assert then is not None and call(then) == (
+        "hyperhive",
+        "message",
+        {"to": "alice", "reply_to": "alice.2", "body": "Task 5 finished: hi"},
+    )
+    assert answer_at_once(plan_wake(Wake("operator", "run: echo hi")), ended) is None, "the operator's: a wake"
+
+
+def test_a_sub_agent_only_notes_an_agents_message() -> None:
+    plan = plan_wake(hive_wake("alice", 1, "run: ls"), subagent=True)
+    assert plan.tool is None and plan.before == "Noted the wake from agent:alice."
+
+
+def test_a_wake_from_an_agent_that_is_no_message_is_only_noted() -> None:
+    assert call(plan_wake(Wake("agent:alice", "something else"))) is None
 
 
 # -- a sub-agent -----------------------------------------------------------------------------------------

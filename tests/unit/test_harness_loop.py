@@ -13,19 +13,20 @@ import anyio
 import pytest
 
 import hyperhive.store.wakes
-from hyperhive.harness import loop as loop_module
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.notify import SystemdNotifier
-from hyperhive.harness.prompt import build_prompt
-from hyperhive.harness.records import Records, TurnEnd
-from hyperhive.harness.replies import MAX_BODY_BYTES, REPLY_TOOL
+from hyperhive.core import loop as loop_module
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.loop import LoopPolicy, TurnLoop
+from hyperhive.core.notify import SystemdNotifier
+from hyperhive.core.prompt import build_prompt
+from hyperhive.core.replies import MAX_BODY_BYTES, REPLY_TOOL
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, TurnError, Unsupported
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, ContextUsage, ResultLine, ToolUseBlock
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import Store
+from hyperhive.store.tables import Tables
+from hyperhive.store.turns import TurnEnd, TurnTable
 from hyperhive.store.wakes import WakeTable
 
 pytestmark = pytest.mark.anyio
@@ -94,11 +95,11 @@ class FakeRuntime:
 @asynccontextmanager
 async def running_loop(
     tmp_path: Path, runtime: FakeRuntime, policy: LoopPolicy | None = None
-) -> AsyncIterator[tuple[TurnLoop, Records]]:
+) -> AsyncIterator[tuple[TurnLoop, Tables]]:
     # The test's own connection (`records`): what it stores there, it tells the loop of as another writer
     # does (`inbox.wake_committed()`).
     store = Store(tmp_path / "hyperhive.db")
-    records = Records(store)
+    records = Tables(store)
     inbox = await Inbox.open(tmp_path / "hyperhive.db", feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
@@ -130,12 +131,12 @@ async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
 async def test_a_wake_becomes_one_turn_and_is_delivered_once_answered(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     async with running_loop(tmp_path, runtime) as (loop, records):
-        wake = records.add_wake("operator", "hello")
+        wake = records.wakes.add("operator", "hello")
         loop.inbox.wake_committed()
-        await until(lambda: records.counts().waiting == 0 and loop.current_turn is None and runtime.prompts != [])
+        await until(lambda: records.wakes.counts().waiting == 0 and loop.current_turn is None and runtime.prompts != [])
         assert "hello" in runtime.prompts[0]
         assert "from operator" in runtime.prompts[0]
-        turn = records.last_turn()
+        turn = records.turns.last()
         assert turn is not None and turn.outcome == "answered" and turn.wakes == [wake.id]
         row = WakeTable(records.store).get(wake.id)
         assert row.delivered_at is not None and row.turn_id == turn.id and row.attempts == 1
@@ -153,19 +154,19 @@ async def test_a_failed_turn_leaves_its_wake_waiting_then_a_later_turn_delivers_
 
     runtime = FakeRuntime(script)
     async with running_loop(tmp_path, runtime) as (loop, records):
-        wake = records.add_wake("operator", "retry me")
+        wake = records.wakes.add("operator", "retry me")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
         assert len(runtime.prompts) == 2
         row = WakeTable(records.store).get(wake.id)
         assert row.attempts == 2
-        first, second = records.db.execute("SELECT outcome FROM turns ORDER BY id").fetchall()
+        first, second = records.store.db.execute("SELECT outcome FROM turns ORDER BY id").fetchall()
         assert (first[0], second[0]) == ("failed", "answered")
 
 
 class ReplyingRuntime(FakeRuntime):
     """Each turn calls `reply` with the bodies it names (tool_use blocks in its stream), and the tools store
-    those it names as stored (telling the loop's record of the turn, as harness/own_tools.py does)."""
+    those it names as stored (telling the loop's record of the turn, as service/own_tools.py does)."""
 
     def __init__(self, turns: list[tuple[list[Any], list[str]]]) -> None:
         super().__init__()
@@ -196,10 +197,10 @@ async def test_a_turn_whose_reply_did_not_reach_the_outbox_is_not_answered_and_i
     runtime = ReplyingRuntime([first, (["done"], ["done"])])
     async with running_loop(tmp_path, runtime) as (loop, records):
         runtime.loop = loop
-        wake = records.add_wake("operator", "tell me")
+        wake = records.wakes.add("operator", "tell me")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
-        turns = records.db.execute("SELECT outcome, error FROM turns ORDER BY id").fetchall()
+        turns = records.store.db.execute("SELECT outcome, error FROM turns ORDER BY id").fetchall()
     assert len(runtime.prompts) == 2, why
     assert [t[0] for t in turns] == ["failed", "answered"], why
     assert "did not reach the outbox" in turns[0][1] and REPLY_TOOL in turns[0][1]
@@ -221,10 +222,10 @@ async def test_a_turn_whose_replies_were_all_stored_or_refused_is_answered(
     runtime = ReplyingRuntime([turn])
     async with running_loop(tmp_path, runtime) as (loop, records):
         runtime.loop = loop
-        wake = records.add_wake("operator", "tell me")
+        wake = records.wakes.add("operator", "tell me")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
-        (outcome,) = records.db.execute("SELECT outcome FROM turns").fetchall()
+        (outcome,) = records.store.db.execute("SELECT outcome FROM turns").fetchall()
     assert outcome[0] == "answered", why
     assert len(runtime.prompts) == 1
 
@@ -236,14 +237,14 @@ async def test_a_wake_whose_turns_keep_failing_is_set_aside_with_an_outbox_notic
     runtime = FakeRuntime(script)
     policy = LoopPolicy(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
     async with running_loop(tmp_path, runtime, policy) as (loop, records):
-        wake = records.add_wake("operator", "doomed")
+        wake = records.wakes.add("operator", "doomed")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).set_aside_at is not None)
         assert len(runtime.prompts) == 3
-        (notice,) = records.outbox_tail(5)
+        (notice,) = records.outbox.tail(5)
         assert notice.source == "harness" and str(wake.id) in notice.body and "set aside" in notice.body
         await until(lambda: loop.state == "idle")
-        assert records.counts().set_aside == 1
+        assert records.wakes.counts().set_aside == 1
     assert len(runtime.prompts) == 3  # never retried again
 
 
@@ -260,7 +261,7 @@ async def test_a_burst_of_wakes_is_batched_up_to_the_cap_and_the_rest_waits(tmp_
         WakeTable(store).add("operator", f"message {i}")
     store.close()
     async with running_loop(tmp_path, runtime, policy) as (_loop, records):
-        await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 3)
+        await until(lambda: records.wakes.counts().waiting == 0 and len(runtime.prompts) == 3)
     assert [p.count("--- wake ") for p in runtime.prompts] == [10, 10, 5]
     assert "15 more will follow" in runtime.prompts[0]
 
@@ -287,7 +288,7 @@ async def test_each_turn_reads_only_its_batch_however_long_the_queue(
 
     monkeypatch.setattr(hyperhive.store.wakes, "WakeRow", CountedWakeRow)
     async with running_loop(tmp_path, runtime, policy) as (_loop, records):
-        await until(lambda: records.counts().waiting == 0 and len(runtime.prompts) == 30, within=20)
+        await until(lambda: records.wakes.counts().waiting == 0 and len(runtime.prompts) == 30, within=20)
     # A turn takes its batch and one more (to say that more follow): nothing grows with the queue.
     assert made <= 30 * (policy.max_wakes + 1) + policy.max_wakes
 
@@ -297,7 +298,7 @@ async def test_a_timer_wake_starts_its_turn_when_due(tmp_path: Path) -> None:
     async with running_loop(tmp_path, runtime) as (loop, records):
         await until(lambda: loop.state == "idle")
         due = time.time() + 0.3
-        records.add_reminder(0.3, "check the build")
+        records.wakes.remind(0.3, "check the build")
         loop.inbox.wake_committed()  # the loop learns of the new due time and sleeps until it
         await until(lambda: runtime.prompts != [])
         assert time.time() >= due - 0.01
@@ -308,7 +309,7 @@ async def test_stop_interrupts_the_turn_in_flight_and_gives_its_wake_back_its_at
     runtime = FakeRuntime()
     runtime.hang = True
     async with running_loop(tmp_path, runtime) as (loop, records):
-        wake = records.add_wake("operator", "long job")
+        wake = records.wakes.add("operator", "long job")
         loop.inbox.wake_committed()
         with anyio.fail_after(5):
             await runtime.started.wait()
@@ -326,21 +327,21 @@ async def test_a_turn_the_operator_cancels_sets_its_wakes_aside_and_the_next_wak
     slow = LoopPolicy(backoff_base=30, backoff_cap=30)  # a failure's backoff would hold the next turn 30 s
     async with running_loop(tmp_path, runtime, slow) as (loop, records):
         assert loop.cancel_turn() is None  # no turn in flight
-        wake = records.add_wake("operator", "a long job")
+        wake = records.wakes.add("operator", "a long job")
         loop.inbox.wake_committed()
         with anyio.fail_after(5):
             await runtime.started.wait()
         turn = loop.current_turn
         assert turn is not None and loop.cancel_turn() == turn
         await until(lambda: WakeTable(records.store).get(wake.id).set_aside_at is not None)
-        (notice,) = records.outbox_tail(5)
+        (notice,) = records.outbox.tail(5)
         assert f"the operator cancelled turn {turn}" in notice.body and str(wake.id) in notice.body
         runtime.hang = False
-        after = records.add_wake("operator", "next")
+        after = records.wakes.add("operator", "next")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(after.id).delivered_at is not None, within=5)
         assert loop.failures == 0
-        ended = records.last_turn()
+        ended = records.turns.last()
         assert ended is not None and ended.wakes == [after.id]
 
 
@@ -351,7 +352,7 @@ async def test_a_nearly_full_context_is_compacted_or_else_archived(tmp_path: Pat
     )
     runtime.can_compact = can_compact
     async with running_loop(tmp_path, runtime) as (loop, records):
-        records.add_wake("operator", "fill it")
+        records.wakes.add("operator", "fill it")
         loop.inbox.wake_committed()
         await until(lambda: runtime.compacted + runtime.archived == 1)
     assert (runtime.compacted, runtime.archived) == ((1, 0) if can_compact else (0, 1))
@@ -370,8 +371,8 @@ def test_the_prompt_names_each_wakes_source_and_time_and_cuts_a_huge_wake(tmp_pa
     assert f"--- wake {small.id} from bash-task-7 at " in both.text and "make" in both.text
 
 
-class FullRecords(Records):
-    """Records on a store that is full for the first `fail[what]` writes of a turn's start or end."""
+class FullTurns(TurnTable):
+    """Turns on a store that is full for the first `fail[what]` writes of a turn's start or end."""
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
@@ -382,13 +383,13 @@ class FullRecords(Records):
             self.fail[what] -= 1
             raise sqlite3.OperationalError("database or disk is full")
 
-    def begin_turn(self, wake_ids: list[int], prompt_chars: int) -> int:
+    def begin(self, wake_ids: list[int], prompt_chars: int) -> int:
         self._full("begin")
-        return super().begin_turn(wake_ids, prompt_chars)
+        return super().begin(wake_ids, prompt_chars)
 
-    def end_turn(self, turn_id: int, end: TurnEnd, **kwargs: Any) -> None:
+    def end(self, turn_id: int, end: TurnEnd, **kwargs: Any) -> None:
         self._full("end")
-        super().end_turn(turn_id, end, **kwargs)
+        super().end(turn_id, end, **kwargs)
 
 
 async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_until_it_lands(
@@ -399,9 +400,10 @@ async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_unti
     runtime = FakeRuntime()
     states: list[str] = []
     store = Store(tmp_path / "hyperhive.db")
-    full = FullRecords(Store(tmp_path / "hyperhive.db"))
-    records = Records(store)
-    inbox = Inbox(full, Records(Store(tmp_path / "hyperhive.db")), feed=LiveFeed())
+    writer = Tables(Store(tmp_path / "hyperhive.db"))
+    full = writer.turns = FullTurns(writer.store)
+    records = Tables(store)
+    inbox = Inbox(writer, Tables(Store(tmp_path / "hyperhive.db")), feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
         inbox,
@@ -415,12 +417,12 @@ async def test_a_full_store_is_named_in_the_state_and_the_turns_end_is_held_unti
         # The turn's start fails twice (the loop retries, never crashes); the answered turn's end fails three
         # times (held, then written; the turn is never run again).
         full.fail = {"begin": 2, "end": 3}
-        wake = records.add_wake("operator", "hello")
+        wake = records.wakes.add("operator", "hello")
         loop.inbox.wake_committed()
         await until(lambda: WakeTable(records.store).get(wake.id).delivered_at is not None)
         loop.stop()
         tg.cancel_scope.cancel()
-    turn = records.last_turn()
+    turn = records.turns.last()
     inbox.close()
     store.close()
     assert len(runtime.prompts) == 1

@@ -1,8 +1,8 @@
-"""The one headline state (harness/headline.py): what status, tail, the page and its title say."""
+"""The one headline state (core/headline.py): what status, tail, the page and its title say."""
 
 from __future__ import annotations
 
-from hyperhive.harness.headline import Busy, headline
+from hyperhive.core.headline import Busy, headline
 
 
 def test_an_agent_in_a_turn_or_a_sub_agent_waiting_on_its_task_is_working_the_agent_first() -> None:

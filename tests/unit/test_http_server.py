@@ -15,10 +15,10 @@ import anyio
 import anyio.abc
 import pytest
 
-from hyperhive.harness.http_asgi import Receive, Scope, Send
-from hyperhive.harness.http_limits import DEFAULT_LIMITS, Admit, Admitted, Limits, Refusal, admit_all
-from hyperhive.harness.http_server import loopback_listener as listen
-from hyperhive.harness.http_server import serve_http
+from hyperhive.service.http_asgi import Receive, Scope, Send
+from hyperhive.service.http_limits import DEFAULT_LIMITS, Admit, Admitted, Limits, Refusal, admit_all
+from hyperhive.service.http_server import loopback_listener as listen
+from hyperhive.service.http_server import serve_http
 
 pytestmark = pytest.mark.anyio
 

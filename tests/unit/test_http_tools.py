@@ -3,6 +3,7 @@ and by raw HTTP for what a well-behaved client never sends (no token, foreign Ho
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -26,20 +27,24 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from hyperhive.harness import http_gate
-from hyperhive.harness.http_files import HttpToolsError, load_token, read_endpoint
-from hyperhive.harness.http_gate import INLINE_CHECK_BYTES, MAX_CONTAINERS, not_json
-from hyperhive.harness.http_limits import DEFAULT_LIMITS, Limits
-from hyperhive.harness.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.notify import Doorbell
-from hyperhive.harness.records import AGENT, TIMER, Records
-from hyperhive.harness.replies import HYPERHIVE_SERVER, MAX_BODY_BYTES, REPLY_TOOL, TurnReplies
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.notify import Doorbell
+from hyperhive.core.replies import HYPERHIVE_SERVER, MAX_BODY_BYTES, REPLY_TOOL, TurnReplies
 from hyperhive.mcp_servers import McpServers
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, ToolUseBlock
+from hyperhive.service import http_gate
+from hyperhive.service.endpoint_files import read_endpoint
+from hyperhive.service.http_files import HttpToolsError, load_token
+from hyperhive.service.http_gate import INLINE_CHECK_BYTES, MAX_CONTAINERS, not_json
+from hyperhive.service.http_limits import DEFAULT_LIMITS, Limits
+from hyperhive.service.http_tools import MAX_REQUEST_BYTES, HyperhiveTools, hyperhive_server
+from hyperhive.service.own_tools import add_tools
 from hyperhive.statedir.layout import StateDir
 from hyperhive.store.database import Store
+from hyperhive.store.outbox import AGENT
+from hyperhive.store.tables import Tables
+from hyperhive.store.wakes import TIMER
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +60,7 @@ class Served:
     state: Path
     url: str
     tools: HyperhiveTools
-    records: Records
+    records: Tables
     scheduled: list[float] = field(default_factory=list)
     turn: TurnReplies | None = None  # the turn in flight, as the loop hands it to the tools
 
@@ -117,7 +122,7 @@ def inbox_on(store: Store, rings: list[float] | None = None) -> Iterator[Inbox]:
     """An inbox writing through `store` (so that closing it fails the writes), reading through its own."""
     with Store(store.path) as reader:
         doorbell = CountedDoorbell([] if rings is None else rings)
-        yield Inbox(Records(store), Records(reader), feed=LiveFeed(), doorbell=doorbell)
+        yield Inbox(Tables(store), Tables(reader), feed=LiveFeed(), doorbell=doorbell)
 
 
 @asynccontextmanager
@@ -127,11 +132,12 @@ async def serving(state: Path, store: Store | None = None, limits: Limits = DEFA
     scheduled: list[float] = []
     try:
         with inbox_on(store, scheduled) as inbox:
-            records = Records(store)  # the test's own view of the tables
+            records = Tables(store)  # the test's own view of the tables
             holder: dict[str, Served] = {}
-            tools = HyperhiveTools(state, inbox, in_flight=lambda: holder["served"].turn, limits=limits)
+            tools = HyperhiveTools(state, inbox, limits=limits)
+            own = functools.partial(add_tools, inbox=inbox, in_flight=lambda: holder["served"].turn)
             async with anyio.create_task_group() as tg:
-                url = await tg.start(tools.serve)
+                url = await tg.start(tools.serve, [own])
                 served = holder["served"] = Served(state, url, tools, records, scheduled)
                 yield served
                 tg.cancel_scope.cancel()
@@ -170,7 +176,7 @@ async def test_reply_lands_in_the_outbox_with_the_turn_in_flight(state: Path) ->
         first = await session.call_tool("reply", {"body": "build is green"})
         served.turn = None
         second = await session.call_tool("reply", {"body": "between turns"})
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert not first.isError and not second.isError
     assert [(r.source, r.body, r.turn_id) for r in rows] == [
         (AGENT, "build is green", 7),
@@ -204,8 +210,8 @@ async def test_remind_stores_a_timer_wake_and_rearms_the_loop(state: Path) -> No
         before = time.time()
         result = await session.call_tool("remind", {"after_secs": 90, "body": "check the deploy"})
         after = time.time()
-        (wake,) = served.records.reminders()
-        due_now = served.records.waiting_wakes()
+        (wake,) = served.records.wakes.reminders()
+        due_now = served.records.wakes.waiting()
     assert not result.isError
     assert f"reminder {wake.id} set" in text(result)
     assert wake.source == TIMER and wake.body == "check the deploy"
@@ -217,17 +223,17 @@ async def test_remind_stores_a_timer_wake_and_rearms_the_loop(state: Path) -> No
 async def test_reminders_are_listed_soonest_first_and_cancel_says_whether_it_took(state: Path) -> None:
     async with serving(state) as served, served.session() as session:
         assert text(await session.call_tool("reminders", {})) == "no pending reminders"
-        late = served.records.add_reminder(3600, "later one")
-        soon = served.records.add_reminder(60, "sooner one\nwith a second line")
+        late = served.records.wakes.remind(3600, "later one")
+        soon = served.records.wakes.remind(60, "sooner one\nwith a second line")
         listing = text(await session.call_tool("reminders", {}))
         assert listing.index(f"#{soon.id} ") < listing.index(f"#{late.id} ")
         assert f"#{soon.id} due " in listing and "sooner one with a second line" in listing
         cancelled = await session.call_tool("cancel_reminder", {"id": soon.id})
         again = await session.call_tool("cancel_reminder", {"id": soon.id})
         unknown = await session.call_tool("cancel_reminder", {"id": 999})
-        operator = served.records.add_wake("operator", "not a reminder")
+        operator = served.records.wakes.add("operator", "not a reminder")
         not_mine = await session.call_tool("cancel_reminder", {"id": operator.id})
-        left = [r.id for r in served.records.reminders()]
+        left = [r.id for r in served.records.wakes.reminders()]
     assert not cancelled.isError and text(cancelled) == f"reminder {soon.id} cancelled"
     for result in (again, unknown, not_mine):
         assert not result.isError
@@ -258,7 +264,7 @@ async def test_bad_arguments_are_tool_errors_naming_the_problem(
 ) -> None:
     async with serving(state) as served, served.session() as session:
         result = await session.call_tool(tool, arguments)
-        stored = served.records.outbox(), served.records.reminders()
+        stored = served.records.outbox.after(), served.records.wakes.reminders()
     assert result.isError
     assert expected in text(result)
     assert stored == ([], [])
@@ -269,7 +275,7 @@ async def test_a_non_finite_delay_is_refused(state: Path) -> None:
     # 1e999 parses as infinity in Python's json; no client would send it, a broken one might.
     async with serving(state) as served:
         response = await served.post(tool_call("remind", {"after_secs": "INF", "body": "x"}).replace('"INF"', "1e999"))
-        reminders = served.records.reminders()
+        reminders = served.records.wakes.reminders()
     assert response.status_code == 200
     assert response.json()["result"]["isError"] is True
     assert reminders == []
@@ -292,7 +298,7 @@ async def test_a_database_failure_is_a_tool_error_not_a_server_error(state: Path
 async def test_requests_without_the_token_get_401(state: Path) -> None:
     async with serving(state) as served:
         response = await served.post(tool_call("reply", {"body": "x"}), headers={"Authorization": ""})
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert response.status_code == 401
     assert "bearer" in response.headers["www-authenticate"].lower()
     assert rows == []
@@ -306,7 +312,7 @@ async def test_requests_with_a_wrong_token_get_401(state: Path, authorization: s
     async with serving(state) as served:
         value = authorization.replace("{token}", served.tools.token)
         response = await served.post(tool_call("reply", {"body": "x"}), headers={"Authorization": value})
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert response.status_code == 401
     assert rows == []
 
@@ -390,7 +396,7 @@ async def test_the_sdk_client_with_a_wrong_token_is_refused(state: Path) -> None
 async def test_a_foreign_host_is_refused_even_with_the_token(state: Path, host: str) -> None:
     async with serving(state) as served:
         response = await served.post(tool_call("reply", {"body": "x"}), headers={"Host": host.format(port=served.port)})
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert response.status_code == 421
     assert rows == []
 
@@ -411,7 +417,7 @@ async def test_a_foreign_origin_is_refused(state: Path, origin: str) -> None:
         response = await served.post(
             tool_call("reply", {"body": "x"}), headers={"Origin": origin.format(port=served.port)}
         )
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert response.status_code == 403
     assert rows == []
 
@@ -474,7 +480,7 @@ async def test_a_large_but_allowed_reply_gets_through(state: Path) -> None:
     body = "\x01" * MAX_BODY_BYTES  # JSON-escaped six times over, still under the request limit
     async with serving(state) as served:
         response = await served.post(tool_call("reply", {"body": body}))
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert response.status_code == 200 and response.json()["result"]["isError"] is False
     assert [r.body for r in rows] == [body]
 
@@ -552,17 +558,17 @@ def test_a_bad_token_file_stops_the_tools_at_construction(tmp_path: Path) -> Non
     StateDir(tmp_path).token.write_text("a-token-that-leaked-0123456789")
     StateDir(tmp_path).token.chmod(0o644)
     with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox, pytest.raises(HttpToolsError):
-        HyperhiveTools(tmp_path, inbox, in_flight=lambda: None)
+        HyperhiveTools(tmp_path, inbox)
 
 
 async def test_the_endpoint_is_recorded_0600_while_serving_and_removed_after(state: Path) -> None:
     async with serving(state) as served:
-        endpoint = read_endpoint(state)
+        endpoint = read_endpoint(StateDir(state).endpoint)
         file_mode = mode(StateDir(state).endpoint)
     assert endpoint is not None and endpoint.url == served.url and endpoint.pid == os.getpid()
     assert served.url.startswith("http://127.0.0.1:") and served.url.endswith("/mcp")
     assert file_mode == 0o600
-    assert read_endpoint(state) is None
+    assert read_endpoint(StateDir(state).endpoint) is None
 
 
 # -- lifecycle -------------------------------------------------------------------------------------------
@@ -613,7 +619,7 @@ async def test_cancellation_stops_it_while_a_client_stalls_mid_request(state: Pa
             await anyio.sleep(0.2)
         await stalled.aclose()
     assert connect_refused(port)
-    assert read_endpoint(state) is None
+    assert read_endpoint(StateDir(state).endpoint) is None
 
 
 # -- slow and idle clients (slowloris) -------------------------------------------------------------------
@@ -688,7 +694,7 @@ async def test_a_body_that_does_not_arrive_in_time_gets_408(state: Path) -> None
         with anyio.fail_after(5):
             answer = await stream.receive()
         await stream.aclose()
-        rows = served.records.outbox()
+        rows = served.records.outbox.after()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
     assert rows == []
 
@@ -724,12 +730,12 @@ async def test_the_agent_entries_render_for_claude_and_acp_and_work(state: Path)
             await session.initialize()
             result = await session.call_tool("reply", {"body": "through the rendered entry"})
         assert not result.isError
-        assert [r.body for r in served.records.outbox()] == ["through the rendered entry"]
+        assert [r.body for r in served.records.outbox.after()] == ["through the rendered entry"]
 
 
 def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
     with Store(tmp_path / "hyperhive.db") as store, inbox_on(store) as inbox:
-        tools = HyperhiveTools(tmp_path, inbox, in_flight=lambda: None)
+        tools = HyperhiveTools(tmp_path, inbox)
         with pytest.raises(HttpToolsError, match="not serving"):
             tools.server_entry()
 
@@ -738,17 +744,18 @@ def test_the_entry_is_refused_before_the_tools_serve(tmp_path: Path) -> None:
 async def test_cancellation_while_starting_does_not_hang(state: Path, after: float) -> None:
     # Found by this test: under `tg.start`, a start cancelled early waited forever for the shielded server.
     with Store(state / "hyperhive.db") as store, inbox_on(store) as inbox:
-        tools = HyperhiveTools(state, inbox, in_flight=lambda: None)
+        tools = HyperhiveTools(state, inbox)
+        own = functools.partial(add_tools, inbox=inbox, in_flight=lambda: None)
         with anyio.fail_after(30):  # a bound against hanging, not a speed check
             async with anyio.create_task_group() as tg:
-                tg.start_soon(tools.serve)
+                tg.start_soon(tools.serve, [own])
                 await anyio.sleep(after)
                 tg.cancel_scope.cancel()
             with anyio.move_on_after(after):
                 async with anyio.create_task_group() as tg:
-                    await tg.start(tools.serve)
+                    await tg.start(tools.serve, [own])
                     await anyio.sleep_forever()
-    assert read_endpoint(state) is None
+    assert read_endpoint(StateDir(state).endpoint) is None
 
 
 async def test_tool_calls_leave_no_sdk_chatter_in_the_log(state: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -6,7 +6,7 @@ import each other either, so no cycle between packages can form. The unit is the
 the module right under `hyperhive/` (`store`, ...); inside a package, modules import as they need.
 
 When this fails, the import it names belongs lower (move the shared code below both packages, as
-`control/` and `mcp_tool.py` were moved out of `harness/` and `bash_mcp/`), or the layers below are wrong.
+`control/` and `mcp_tool.py` were moved out of the service and `bash_mcp/`), or the layers below are wrong.
 A new package must be placed in `LAYERS` before it is used.
 """
 
@@ -24,13 +24,17 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         # The package's root (its version), the error hierarchy, JSON and numbers from outside, text from outside made
         # safe to show, the MCP tool shapes, the worker thread: imported by everything, importing nothing of ours.
         {"hyperhive", "errors", "jsontext", "numbers", "visible", "mcp_tool", "worker"},
-        # The HIVE_MCP_SERVERS file; the state directory's layout and modes; sub-agent profiles (HIVE_SUBAGENTS).
-        {"mcp_servers", "statedir", "subagent_profiles"},
+        # The HIVE_MCP_SERVERS file; the state directory's layout and modes; sub-agent profiles (HIVE_SUBAGENTS);
+        # agents' names and message ids in the hive.
+        {"mcp_servers", "statedir", "subagent_profiles", "addresses"},
+        {"roster"},  # the hive's roster (HIVE_HIVE): who is in it, who may write to whom
         {"config", "store", "control"},  # the environment, the database, the control socket's wire and lock
         {"procs"},  # every child process
         {"tasks"},  # the task engine and the bash tools
         {"runtime"},  # how a turn is driven
-        {"bash_mcp", "harness", "demo_agent"},  # the programs: the bash servers, the service, the demo agent
+        {"core"},  # the agent itself: its turn loop, its inbox, its sub-agents
+        {"hive", "notifications"},  # agents messaging each other (docs/hive.md); the operator's notifications
+        {"service", "bash_mcp", "demo_agent"},  # the programs: the service, the bash servers, the demo agent
         {"cli"},
         {"__main__"},
     )
@@ -116,19 +120,19 @@ def test_no_package_imports_one_of_its_own_layer_or_above() -> None:
 def test_the_guard_sees_an_upward_a_sideways_and_a_relative_import(tmp_path: Path) -> None:
     """The guard can fail: each kind of bad edge in a small fake tree is named with its file and line."""
     root = tmp_path / "hyperhive"
-    for package in ("tasks", "harness", "bash_mcp"):
+    for package in ("tasks", "service", "bash_mcp"):
         (root / package).mkdir(parents=True)
         (root / package / "__init__.py").write_text("")
     (root / "__init__.py").write_text("")
     (root / "errors.py").write_text("")
     (root / "tasks" / "engine.py").write_text(
-        "from hyperhive.errors import x\n\ndef f():\n    import hyperhive.harness.loop\n"
+        "from hyperhive.errors import x\n\ndef f():\n    import hyperhive.service.loop\n"
     )
-    (root / "harness" / "loop.py").write_text("from ..bash_mcp import server\nfrom . import prompt\n")
+    (root / "service" / "loop.py").write_text("from ..bash_mcp import server\nfrom . import prompt\n")
     (root / "bash_mcp" / "server.py").write_text("from hyperhive import errors, tasks\n")
     assert violations(root) == [
-        "hyperhive/harness/loop.py:1: `from ..bash_mcp import server`: harness imports bash_mcp, which is in the"
+        "hyperhive/service/loop.py:1: `from ..bash_mcp import server`: service imports bash_mcp, which is in the"
         " same layer (a cycle waiting to happen)",
-        "hyperhive/tasks/engine.py:4: `import hyperhive.harness.loop`: tasks imports harness, which is above it"
-        " (layer 6 > 4)",
+        "hyperhive/tasks/engine.py:4: `import hyperhive.service.loop`: tasks imports service, which is above it"
+        f" (layer {layer_of('service')} > {layer_of('tasks')})",
     ]

@@ -17,18 +17,19 @@ from typing import Any
 import anyio
 import pytest
 
-from hyperhive.harness import inbox as inbox_module
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.notify import Doorbell, SystemdNotifier
-from hyperhive.harness.records import Records, TurnEnd
-from hyperhive.harness.service import Service
+from hyperhive.core import inbox as inbox_module
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.loop import LoopPolicy, TurnLoop
+from hyperhive.core.notify import Doorbell, SystemdNotifier
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.service.service import Service
 from hyperhive.store.database import Store
+from hyperhive.store.tables import Tables
 from hyperhive.store.tasks import TaskTable
+from hyperhive.store.turns import TurnEnd
 from hyperhive.store.wakes import MAIN_AGENT
 from hyperhive.tasks.engine import TaskEngine
 from tests.unit.test_harness_loop import FakeRuntime, until
@@ -50,7 +51,7 @@ class CountedDoorbell(Doorbell):
 async def opened(tmp_path: Path) -> AsyncIterator[tuple[Inbox, CountedDoorbell]]:
     path = tmp_path / "hyperhive.db"
     doorbell = CountedDoorbell()
-    inbox = Inbox(Records(Store(path)), Records(Store(path)), feed=LiveFeed(), doorbell=doorbell)
+    inbox = Inbox(Tables(Store(path)), Tables(Store(path)), feed=LiveFeed(), doorbell=doorbell)
     try:
         yield inbox, doorbell
     finally:
@@ -84,7 +85,7 @@ async def test_a_send_rings_the_doorbell_once(tmp_path: Path) -> None:
         service = Service(None, inbox, None, None, None, None, time.time())  # type: ignore[arg-type]
         reply = await service.handlers()["send"]({"op": "send", "body": "hello", "request_id": "r-1"})
         assert doorbell.rings == 1
-        (wake,) = await inbox.waiting_wakes()
+        (wake,) = await inbox.read(lambda t: t.wakes.waiting())
         assert reply.result == {"wake_id": wake.id} and wake.body == "hello"
 
 
@@ -98,7 +99,7 @@ async def test_views_of_the_inbox_hold_no_descriptor_however_many_are_taken(tmp_
     async with opened(tmp_path) as (inbox, _):
         before = open_descriptors()
         for _ in range(200):
-            await inbox.for_agent(MAIN_AGENT).reminders()
+            await inbox.for_agent(MAIN_AGENT).read(lambda t: t.wakes.reminders())
             inbox.for_agent(7)
             inbox.listen(8)
         assert open_descriptors() == before
@@ -166,7 +167,7 @@ async def test_wakes_set_aside_are_announced_once(tmp_path: Path) -> None:
 
     runtime = FakeRuntime(script)
     async with opened(tmp_path) as (inbox, _doorbell):
-        window = Records(Store(tmp_path / "hyperhive.db"))
+        window = Tables(Store(tmp_path / "hyperhive.db"))
         loop = TurnLoop(
             runtime,  # type: ignore[arg-type]
             inbox,
@@ -177,11 +178,11 @@ async def test_wakes_set_aside_are_announced_once(tmp_path: Path) -> None:
         async with collected(inbox.feed) as events, anyio.create_task_group() as tg:
             tg.start_soon(loop.run)
             wake = await inbox.add_wake("operator", "doomed")
-            await until(lambda: window.counts().set_aside == 1 and loop.state == "idle")
+            await until(lambda: window.wakes.counts().set_aside == 1 and loop.state == "idle")
             loop.stop()
         notices = [e for e in events if e["event"] == "outbox"]
         turns = [e["event"] for e in events if e["event"] in ("turn_start", "turn_end")]
-        (notice,) = window.outbox_tail(5)
+        (notice,) = window.outbox.tail(5)
         window.store.close()
     assert len(notices) == 1, events
     assert turns == ["turn_start", "turn_end"]  # one turn: each announced once
@@ -200,7 +201,7 @@ async def test_a_tasks_wake_reaches_the_inbox_through_the_engines_hook_once(tmp_
                 assert not result.finished_inline
                 (tmp_path / "go").touch()
                 await until(lambda: doorbell.rings > 0)
-                (wake,) = await inbox.waiting_wakes()
+                (wake,) = await inbox.read(lambda t: t.wakes.waiting())
             assert wake.source == f"bash-task-{result.view.row.id}"
         assert doorbell.rings == 1
 
@@ -213,7 +214,7 @@ async def test_a_wake_another_process_stored_without_a_ring_is_found_while_idle(
     monkeypatch.setattr(inbox_module, "LOOK_EVERY", 0.05)
     async with opened(tmp_path) as (inbox, doorbell):
         assert await inbox.wait(0.2) is False  # looking finds nothing: the wait still ends on time
-        other = Records(Store(tmp_path / "hyperhive.db"))  # the CLI's own connection
+        other = Tables(Store(tmp_path / "hyperhive.db"))  # the CLI's own connection
         found: list[bool] = []
         async with anyio.create_task_group() as tg:
 
@@ -223,7 +224,7 @@ async def test_a_wake_another_process_stored_without_a_ring_is_found_while_idle(
             tg.start_soon(idle)
             await anyio.sleep(0.2)
             assert not found
-            other.add_wake("operator", "stored behind the service's back", request_id="r-1")
+            other.wakes.add("operator", "stored behind the service's back", request_id="r-1")
             with anyio.fail_after(2):
                 while not found:
                     await anyio.sleep(0.01)
@@ -243,16 +244,16 @@ async def test_each_change_to_an_agents_wakes_is_announced_once_for_the_web_view
 
 async def test_history_is_read_a_page_at_a_time_newest_first(tmp_path: Path) -> None:
     async with opened(tmp_path) as (inbox, _doorbell):
-        records = Records(Store(tmp_path / "hyperhive.db"))
-        turns = [records.begin_turn([], 10) for _ in range(5)]
+        records = Tables(Store(tmp_path / "hyperhive.db"))
+        turns = [records.turns.begin([], 10) for _ in range(5)]
         for t in turns:
-            records.end_turn(t, TurnEnd(outcome="answered", duration_ms=1000, cost_usd=0.5), deliver=[])
-        records.for_agent(2).begin_turn([], 10)  # a sub-agent's: not this agent's history
-        entries = [records.add_outbox("agent", f"reply {i}").id for i in range(5)]
-        page = await inbox.turns_before(None, 2)
+            records.turns.end(t, TurnEnd(outcome="answered", duration_ms=1000, cost_usd=0.5), deliver=[])
+        records.for_agent(2).turns.begin([], 10)  # a sub-agent's: not this agent's history
+        entries = [records.outbox.add("agent", f"reply {i}").id for i in range(5)]
+        page = await inbox.read(lambda t: t.turns.before(None, 2))
         assert [t.id for t in page] == turns[:-3:-1]
-        assert [t.id for t in await inbox.turns_before(page[-1].id, 10)] == turns[-3::-1]
-        assert [o.id for o in await inbox.outbox_before(entries[2], 10)] == entries[1::-1]
-        assert await inbox.totals() == (5, 5000, 2.5)
-        assert await inbox.for_agent(2).totals() == (1, 0, None)
+        assert [t.id for t in await inbox.read(lambda t: t.turns.before(page[-1].id, 10))] == turns[-3::-1]
+        assert [o.id for o in await inbox.read(lambda t: t.outbox.before(entries[2], 10))] == entries[1::-1]
+        assert await inbox.read(lambda t: t.turns.totals()) == (5, 5000, 2.5)
+        assert await inbox.for_agent(2).read(lambda t: t.turns.totals()) == (1, 0, None)
         records.store.close()

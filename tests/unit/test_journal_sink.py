@@ -1,4 +1,4 @@
-"""What a turn puts in the journal (harness/live.py `JournalSink`): every line of an ordinary turn, and a
+"""What a turn puts in the journal (core/live.py `JournalSink`): every line of an ordinary turn, and a
 bounded share of a flood, so that the service's own messages are not lost to journald's rate limit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hyperhive.harness.live import JOURNAL_LINE_CHARS, JOURNAL_TURN_CHARS, JournalSink
+from hyperhive.core.live import JOURNAL_LINE_CHARS, JOURNAL_TURN_CHARS, JournalSink
 from hyperhive.runtime.stream import line_from_dict
 
 pytestmark = pytest.mark.anyio

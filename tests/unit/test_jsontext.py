@@ -16,9 +16,9 @@ from hyperhive import jsontext
 from hyperhive.config import load_config
 from hyperhive.control.wire import ControlError, parse_answer
 from hyperhive.errors import ConfigError
-from hyperhive.harness.http_gate import not_json
 from hyperhive.runtime.errors import ProtocolError
 from hyperhive.runtime.stream import parse_line
+from hyperhive.service.http_gate import not_json
 
 LIMIT = jsontext.MAX_DEPTH
 

@@ -1,4 +1,4 @@
-"""The live feed (harness/live.py): followers bounded in bytes as well as events, events numbered.
+"""The live feed (core/live.py): followers bounded in bytes as well as events, events numbered.
 
 Issue 16: a follower's queue held 2,000 events whatever their size, so one that never read held every
 900 KiB text block the agent wrote (339 MiB at the peak, 71 MiB without it)."""
@@ -10,7 +10,7 @@ import json
 import anyio
 import pytest
 
-from hyperhive.harness.live import QUEUE, QUEUE_BYTES, REPLAY, REPLAY_BYTES, LiveFeed, Subscription
+from hyperhive.core.live import QUEUE, QUEUE_BYTES, REPLAY, REPLAY_BYTES, LiveFeed, Subscription
 from hyperhive.runtime.stream import dump_line, line_from_dict
 
 pytestmark = pytest.mark.anyio

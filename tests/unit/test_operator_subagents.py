@@ -16,6 +16,7 @@ from hyperhive.cli import main
 from hyperhive.cli import tail as tail_cli
 from hyperhive.store.database import Store
 from hyperhive.store.subagents import SubagentTable
+from hyperhive.store.turns import TurnEnd, TurnTable
 
 
 def text_line(text: str) -> dict[str, Any]:
@@ -80,10 +81,11 @@ def test_status_without_a_service_lists_the_sub_agents_from_the_store(tmp_path: 
     assert lines[0] == "working: sub-agent 1 waits on its task"
     assert lines[1] == "service:  NOT RUNNING (read from the store)"
     at = lines.index("subagents: 1 working, 1 cancelled")
-    assert lines[at + 1].split() == ["id", "profile", "state", "now", "turns", "context", "time", "cost", "task"]
-    working = ["1", "default", "working", "its", "task", "0", "-", "0.0", "s", "-", "run:", "make"]
+    head = ["id", "profile", "state", "now", "turns", "context", "time", "cost", "subtree", "task"]
+    assert lines[at + 1].split() == head
+    working = ["1", "default", "working", "its", "task", "0", "-", "0.0", "s", "-", "-", "run:", "make"]
     assert lines[at + 2].split() == working
-    assert lines[at + 3].split() == ["2", "review", "cancelled", "-", "0", "-", "0.0", "s", "-", "look"]
+    assert lines[at + 3].split() == ["2", "review", "cancelled", "-", "0", "-", "0.0", "s", "-", "-", "look"]
     assert lines[at + 3].startswith("    2 ")  # under its parent
     assert lines[at + 4].strip() == "cancelled: cancelled by the operator"
     offline = json.loads(CliRunner().invoke(main, ["status", "--json"], env={"HIVE_STATE_DIR": str(state)}).output)
@@ -93,6 +95,35 @@ def test_status_without_a_service_lists_the_sub_agents_from_the_store(tmp_path: 
         (1, 0, "working", None),
         (2, 1, "cancelled", None),
     ]
+
+
+def test_status_tells_the_total_cost_and_each_sub_agents_subtree_cost(tmp_path: Path) -> None:
+    """A sub-agent's subtree is it and its descendants: 1 (0.5) over 2 (0.25) over 3 (0.125); 4 (unknown) apart."""
+    state = tmp_path / "state"
+    store = Store(state / "hyperhive.db")
+    table = SubagentTable(store)
+    turns = TurnTable(store)
+    for parent, depth, usd in [(0, 1, 0.5), (1, 2, 0.25), (2, 3, 0.125), (0, 1, None)]:
+        sub = table.create(
+            parent=parent, depth=depth, profile="default", task="t", workdir="/w", worktree=False, first_prompt="p"
+        )
+        turn = turns.for_agent(sub.id).begin([], 1)
+        turns.for_agent(sub.id).end(turn, TurnEnd(outcome="answered", cost_usd=usd), deliver=[])
+    turns.end(turns.begin([], 1), TurnEnd(outcome="answered", cost_usd=1.0), deliver=[])
+    store.close()
+    env = {"HIVE_STATE_DIR": str(state)}
+    offline = json.loads(CliRunner().invoke(main, ["status", "--json"], env=env).output)
+    assert offline["cost_usd"] == 1.875
+    assert {s["id"]: (s["cost_usd"], s["subtree_cost_usd"]) for s in offline["subagents"]} == {
+        1: (0.5, 0.875),
+        2: (0.25, 0.375),
+        3: (0.125, 0.125),
+        4: (None, None),
+    }
+    lines = CliRunner().invoke(main, ["status"], env=env).output.splitlines()
+    assert "cost:     $1.8750 in all (the agent's turns and every sub-agent's)" in lines
+    (first,) = [line for line in lines if line.split()[:2] == ["1", "default"]]
+    assert first.split()[-3:] == ["$0.5000", "$0.8750", "t"]  # its own cost, then its subtree's
 
 
 def test_status_without_sub_agents_says_nothing_of_them(tmp_path: Path) -> None:

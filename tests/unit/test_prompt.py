@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from hyperhive.harness import prompt as prompt_module
-from hyperhive.harness.prompt import MAX_CHARS, build_prompt
+from hyperhive.core import prompt as prompt_module
+from hyperhive.core.prompt import MAX_CHARS, build_prompt
 from hyperhive.store.wakes import WakeRow
 from hyperhive.visible import visible
 

@@ -1,4 +1,4 @@
-"""Every failure of the service's start is one line with its exit status (harness/startup.py), and the state
+"""Every failure of the service's start is one line with its exit status (service/startup.py), and the state
 directory's layout is checked before anything is made in it (check_layout)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from hyperhive.config import load_config
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE, StartFailed, StoreError, exit_status
-from hyperhive.harness import service
-from hyperhive.harness.startup import Startup
+from hyperhive.service import service
+from hyperhive.service.startup import Startup
 from hyperhive.statedir.directory import check_layout, make_dirs
 from hyperhive.statedir.files import read_secret
 from hyperhive.statedir.layout import DEMO_WORK, ENDPOINT, MAX_SOCKET_PATH, SOCKET, TOKEN

@@ -147,9 +147,13 @@ def test_each_table_is_written_by_one_module() -> None:
         "tasks": {"store/tasks.py"},
         "wakes": {"store/wakes.py"},
         "sessions": {"store/sessions.py"},
-        "turns": {"harness/records.py"},
-        "outbox": {"harness/records.py"},
+        "turns": {"store/turns.py"},
+        "outbox": {"store/outbox.py"},
         "subagents": {"store/subagents.py"},
+        "hive_sent": {"store/hive.py"},
+        "hive_received": {"store/hive.py"},
+        "permission_requests": {"store/permissions.py"},
+        "permission_rules": {"store/permissions.py"},
     }
 
 

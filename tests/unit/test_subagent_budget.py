@@ -1,4 +1,4 @@
-"""A sub-agent's runtime under its time budget (harness/subagents.py's `Budgeted`): what a turn raises reaches
+"""A sub-agent's runtime under its time budget (core/subagents.py's `Budgeted`): what a turn raises reaches
 the turn loop as itself, and a turn that outruns the budget is interrupted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from hyperhive.harness.subagent_turns import Budgeted, Running
+from hyperhive.core.subagent_turns import Budgeted, Running
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import IdleTimeout, SessionLost, TurnError
 from hyperhive.runtime.stream import ResultLine, StreamLine

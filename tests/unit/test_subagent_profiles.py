@@ -9,7 +9,7 @@ import pytest
 
 from hyperhive.config import Config, load_config
 from hyperhive.errors import ConfigError
-from hyperhive.harness.agent_tokens import AgentTokens
+from hyperhive.service.agent_tokens import AgentTokens
 from hyperhive.subagent_profiles import Profile, SubagentLimits, parse_profiles
 
 

@@ -1,5 +1,5 @@
 """What the end of a sub-agent's turn does to its wakes and tells its parent (store/subagents.py, records.py, and
-the loop with harness/subagents.py's reporter and policy): a failed turn is told once and not carried again; a
+the loop with core/subagents.py's reporter and policy): a failed turn is told once and not carried again; a
 turn cut short by the service's death tells nothing and is carried again; wakes given up after too many such
 cuts fail the sub-agent and tell its parent."""
 
@@ -13,18 +13,18 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.loop import TurnLoop
-from hyperhive.harness.records import Records
-from hyperhive.harness.subagent_turns import Reporter, Running
-from hyperhive.harness.subagents import SUBAGENT_POLICY
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.loop import TurnLoop
+from hyperhive.core.subagent_turns import Reporter, Running
+from hyperhive.core.subagents import SUBAGENT_POLICY
 from hyperhive.runtime.base import Sink
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
 from hyperhive.runtime.transcript import TranscriptSink
 from hyperhive.store.database import Store
 from hyperhive.store.subagents import SubagentRow, SubagentTable
+from hyperhive.store.tables import Tables
 from hyperhive.store.wakes import WakeRow, WakeTable
 
 pytestmark = pytest.mark.anyio
@@ -74,7 +74,7 @@ def wakes_of(store: Store, agent: int) -> list[WakeRow]:
 
 @asynccontextmanager
 async def subagent_loop(tmp_path: Path, row: SubagentRow, runtime: Scripted) -> AsyncIterator[TurnLoop]:
-    """The sub-agent's loop as harness/subagents.py runs it: its view of the inbox, its reporter and policy."""
+    """The sub-agent's loop as core/subagents.py runs it: its view of the inbox, its reporter and policy."""
     inbox = await Inbox.open(tmp_path / "hyperhive.db", feed=LiveFeed())
     loop = TurnLoop(
         runtime,  # type: ignore[arg-type]
@@ -121,12 +121,12 @@ async def test_a_turn_cut_short_by_the_services_death_is_carried_again_and_its_a
 ) -> None:
     store = Store(tmp_path / "hyperhive.db")
     row = new_subagent(store)
-    records = Records(store, row.id)
+    records = Tables(store, row.id)
     (task,) = wakes_of(store, row.id)
     # What a kill -9 mid-turn leaves: the turn cost its wake an attempt, and the next start marks it interrupted.
-    records.begin_turn([task.id], 10)
-    records.attempt([task.id])
-    records.interrupt_running_turns()
+    records.turns.begin([task.id], 10)
+    records.wakes.charge([task.id])
+    records.turns.interrupt_running()
     runtime = Scripted("done: 42")
     async with subagent_loop(tmp_path, row, runtime):
         await until(lambda: WakeTable(store, row.id).get(task.id).delivered_at is not None)
@@ -139,7 +139,7 @@ def test_wakes_given_up_after_cut_turns_fail_the_subagent_and_tell_its_parent(tm
     store = Store(tmp_path / "hyperhive.db")
     row = new_subagent(store)
     (task,) = wakes_of(store, row.id)
-    told = Records(store, row.id).set_aside([task.id], "3 turns carrying it failed or were cut short")
+    told = Tables(store, row.id).turns.set_aside([task.id], "3 turns carrying it failed or were cut short")
     assert told.parent == 0 and told.notice is None
     (parent_wake,) = wakes_of(store, 0)
     assert parent_wake.source == f"subagent-{row.id}"
@@ -154,6 +154,6 @@ def test_wakes_given_up_for_a_subagent_ended_for_good_tell_no_one(tmp_path: Path
     row = new_subagent(store)
     parent_wake = WakeTable(store, row.id).insert("parent", "and this too", now=time.time())
     SubagentTable(store).end(row.id, "cancelled", "cancelled by the operator", parent_wake=None)
-    told = Records(store, row.id).set_aside([parent_wake], "3 turns carrying it failed or were cut short")
+    told = Tables(store, row.id).turns.set_aside([parent_wake], "3 turns carrying it failed or were cut short")
     assert told.parent is None and wakes_of(store, 0) == []
     assert SubagentTable(store).get(row.id).state == "cancelled"

@@ -14,12 +14,12 @@ import anyio
 import pytest
 
 from hyperhive.config import Config
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.loop import LoopPolicy
+from hyperhive.core.subagent_turns import WAKE_ANSWER_CHARS
+from hyperhive.core.subagents import Subagents
 from hyperhive.errors import ToolFailure
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.loop import LoopPolicy
-from hyperhive.harness.subagent_turns import WAKE_ANSWER_CHARS
-from hyperhive.harness.subagents import Subagents
 from hyperhive.mcp_servers import HttpServer
 from hyperhive.runtime.errors import TurnError
 from hyperhive.runtime.stream import ResultLine
@@ -97,7 +97,7 @@ def answer(text: str) -> Callable[[str], ResultLine]:
 
 
 async def parent_wakes(inbox: Inbox, parent: int = 0) -> list[WakeRow]:
-    return await inbox.for_agent(parent).waiting_wakes()
+    return await inbox.for_agent(parent).read(lambda t: t.wakes.waiting())
 
 
 async def until(predicate: Callable[[], Any], within: float = 5.0) -> None:
@@ -135,7 +135,7 @@ async def test_a_sub_agents_wakes_are_its_own_not_its_parents(tmp_path: Path) ->
         row, _ = await subagents.start(0, "work")
         await until(lambda: _true(runtimes.get(row.id) is not None and runtimes[row.id].in_turn))
         assert await parent_wakes(inbox) == []
-        (own,) = await inbox.for_agent(row.id).waiting_wakes()
+        (own,) = await inbox.for_agent(row.id).read(lambda t: t.wakes.waiting())
         assert own.source == "parent" and own.agent == row.id
 
 
@@ -218,7 +218,7 @@ async def test_a_parent_cancelling_is_told_by_its_tool_and_not_woken(tmp_path: P
         assert subagents.engine.killed == [row.id]  # type: ignore[attr-defined]
         await anyio.sleep(0.1)
         assert await parent_wakes(inbox) == []
-        assert await inbox.for_agent(row.id).waiting_wakes() == []  # its task is not carried again
+        assert await inbox.for_agent(row.id).read(lambda t: t.wakes.waiting()) == []  # its task is not carried again
 
 
 async def test_the_operator_cancelling_wakes_the_parent_and_ends_the_sub_agents_own(tmp_path: Path) -> None:
@@ -455,7 +455,7 @@ async def test_a_turn_that_leaves_a_task_running_is_progress_and_the_parent_hear
             stored = await subagents.status(0, row.id)
             assert stored.state == "working", "its work goes on: a task of its own runs"
             assert stored.turns == 1 and await parent_wakes(inbox) == []
-            assert await inbox.working_subagents(0) == 1, "counted by the concurrency limit"
+            assert await inbox.read(lambda t: t.subagents.working(0)) == 1, "counted by the concurrency limit"
             end_task(store, inbox, started[0])
             await until(lambda: parent_wakes(inbox))
             (wake,) = await parent_wakes(inbox)
@@ -498,7 +498,7 @@ async def test_a_sub_agent_woken_by_its_own_task_is_working_while_its_turn_runs(
             end_task(store, inbox, started[0])
             await until(lambda: _true(runtimes[row.id].in_turn))
             assert (await subagents.status(0, row.id)).state == "working"
-            assert await inbox.working_subagents(0) == 1
+            assert await inbox.read(lambda t: t.subagents.working(0)) == 1
 
 
 def test_a_turn_of_unknown_cost_leaves_the_cost_unknown_and_a_known_one_adds_up(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 import hyperhive.cli
 from hyperhive.cli import main
 from hyperhive.errors import EXIT_STATE, StoreError
-from hyperhive.harness.records import Records
 from hyperhive.store import database
 from hyperhive.store.database import Store, describe_sqlite_error
+from hyperhive.store.tables import Tables
 
 
 def io_error() -> sqlite3.OperationalError:
@@ -58,7 +58,7 @@ def _written(state: Path, *, keep_wal: bool) -> Store | None:
     """A state database holding one wake; closed (the file alone) unless `keep_wal` (a connection left open, so
     its -wal and -shm stay, as beside a live or crashed service)."""
     store = Store(state / "hyperhive.db")
-    Records(store).add_wake("operator", "still readable")
+    Tables(store).wakes.add("operator", "still readable")
     if keep_wal:
         return store
     store.close()
@@ -83,9 +83,9 @@ def test_a_reader_opens_read_only_when_the_state_cannot_be_written(
     reader = Store(tmp_path / "hyperhive.db", create=False, write=False)
     try:
         assert reader.unwritable is not None and "cannot open" in reader.unwritable
-        assert [w.body for w in Records(reader).waiting_wakes()] == ["still readable"]
+        assert [w.body for w in Tables(reader).wakes.waiting()] == ["still readable"]
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            Records(reader).add_wake("operator", "not stored")
+            Tables(reader).wakes.add("operator", "not stored")
     finally:
         reader.close()
         if writer is not None:

@@ -1,4 +1,4 @@
-"""The web view's keys (harness/web/auth.py): one-time codes, signed session cookies, CSRF tokens."""
+"""The web view's keys (service/web/auth.py): one-time codes, signed session cookies, CSRF tokens."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperhive.harness.web.app import reached_over_https
-from hyperhive.harness.web.auth import CODE_SECONDS, MAX_CODES, MAX_REVOKED, SESSION_SECONDS, WebAuth
-from hyperhive.harness.web.files import WebError
+from hyperhive.service.web.app import reached_over_https
+from hyperhive.service.web.auth import CODE_SECONDS, MAX_CODES, MAX_REVOKED, SESSION_SECONDS, WebAuth
+from hyperhive.service.web.files import WebError
 
 KEY = b"k" * 43
 

@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from hyperhive.harness.records import OutboxRow, TurnRow
-from hyperhive.harness.web import panels
-from hyperhive.harness.web.transcript import turn_lines
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, ResultLine, SystemLine, TextBlock, dump_line
+from hyperhive.service.web import detail, panels
+from hyperhive.service.web.transcript import turn_lines
+from hyperhive.store.outbox import OutboxRow
 from hyperhive.store.subagents import SubagentRow
+from hyperhive.store.turns import TurnRow
 from hyperhive.store.wakes import QueueCounts, WakeRow
 from tests.unit.test_harness_loop import until
 from tests.unit.web_hive import hive
@@ -83,6 +84,21 @@ def test_counts_and_ids_are_told_apart_no_context_is_summed_and_cost_is_shown_on
         )
     )  # a cost told beside one not told is the one told
     assert 'in <a href="/turns/16">turn 16</a>' in drawn
+
+
+def test_a_sub_agents_page_shows_its_own_cost_and_its_subtrees() -> None:
+    drawn = detail.subagent_sections(
+        sub(3, turns=2, busy_ms=4000, cost_usd=0.25),
+        turn=None,
+        in_flight_ms=0,
+        waiting=[],
+        carried_by={},
+        turns=[],
+        children=[sub(4, parent=3)],
+        subtree_cost=0.375,
+    )
+    assert "2 turns · 4.0 s at work · cost $0.2500" in drawn
+    assert "<dt>cost with its sub-agents</dt><dd>$0.3750</dd>" in drawn
 
 
 def test_turn_ids_are_links_and_a_long_said_is_a_preview_with_a_link_to_the_whole() -> None:
@@ -150,7 +166,9 @@ async def test_a_turns_page_shows_what_it_carried_and_all_it_said_from_its_trans
         h.runtime.script = lambda prompt: ResultLine(result=said, session_id="sess-1", stop_reason="end_turn")
         browser = await h.logged_in()
         await h.parts.inbox.add_wake("operator", "my own message <b>to the agent</b>")
-        row = await eventually(lambda: h.parts.inbox.turns_before(None, 1), lambda rows: rows[0].ended_at)
+        row = await eventually(
+            lambda: h.parts.inbox.read(lambda t: t.turns.before(None, 1)), lambda rows: rows[0].ended_at
+        )
         row = row[0]
         page = (await browser.get(f"/turns/{row.id}")).text
         assert "my own message &lt;b&gt;to the agent&lt;/b&gt;" in page  # what woke it, as text
@@ -172,10 +190,10 @@ async def test_a_sub_agents_page_shows_its_task_answer_turns_and_children_and_me
             depth=2, profile="default", task="a child's task", workdir=str(tmp_path), worktree=False, first_prompt="go"
         )
 
-        await eventually(lambda: h.parts.inbox.subagent(row.id), lambda found: found.answer)
+        await eventually(lambda: h.parts.inbox.read(lambda t: t.subagents.find(row.id)), lambda found: found.answer)
         page = (await browser.get(f"/subagents/{row.id}")).text
         assert "count the files &lt;i&gt;here&lt;/i&gt;" in page and answer in page
-        turns = await h.parts.inbox.for_agent(row.id).turns_before(None, 5)
+        turns = await h.parts.inbox.for_agent(row.id).read(lambda t: t.turns.before(None, 5))
         base = h.base(browser)
         assert turns and f'<a href="{base}/turns/{turns[0].id}">{turns[0].id}</a>' in page
         assert f'<a href="{base}/subagents/{child.id}">sub-agent {child.id}</a>' in page

@@ -1,12 +1,12 @@
-"""What reaches the web view, judged from a request's head (harness/web/gate.py)."""
+"""What reaches the web view, judged from a request's head (service/web/gate.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hyperhive.harness.http_limits import PUBLIC, Admitted
-from hyperhive.harness.web.auth import WebAuth
-from hyperhive.harness.web.gate import MAX_LOGIN_BODY, WebGate
+from hyperhive.service.http_limits import PUBLIC, Admitted
+from hyperhive.service.web.auth import WebAuth
+from hyperhive.service.web.gate import MAX_LOGIN_BODY, WebGate
 
 AUTH = WebAuth(b"k" * 43)
 VIEW = "127.0.0.1:8080"

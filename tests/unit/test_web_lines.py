@@ -1,4 +1,4 @@
-"""Turns as the web view draws them (harness/web/lines.py): escaped text, tool calls with their results, the
+"""Turns as the web view draws them (service/web/lines.py): escaped text, tool calls with their results, the
 turns a feed's events still tell of. The browser's own word on it: tests/process/test_web_browser.py."""
 
 from __future__ import annotations
@@ -8,9 +8,6 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from hyperhive.harness.records import OutboxRow
-from hyperhive.harness.web import lines
-from hyperhive.harness.web.panels import outbox_items, queue
 from hyperhive.runtime.stream import (
     AssistantBody,
     AssistantLine,
@@ -23,6 +20,9 @@ from hyperhive.runtime.stream import (
     UserLine,
     dump_line,
 )
+from hyperhive.service.web import lines
+from hyperhive.service.web.panels import outbox_items, queue
+from hyperhive.store.outbox import OutboxRow
 from hyperhive.store.wakes import QueueCounts, WakeRow
 
 HOSTILE = (
@@ -127,9 +127,21 @@ def test_a_page_keeps_the_last_turns_only() -> None:
     assert [v.turn for v in lines.turns_of(events, {})] == list(range(20 - lines.KEEP_TURNS, 20))
 
 
-def test_a_turns_end_replaces_its_badge() -> None:
-    (op,) = lines.ops({"event": "turn_end", "turn": 5, "outcome": "cancelled", "error": None})
+def test_a_turns_end_replaces_its_badge_and_its_cost() -> None:
+    op, cost = lines.ops({"event": "turn_end", "turn": 5, "outcome": "cancelled", "error": None})
     assert op["op"] == "replace" and op["id"] == "turn-5-badge" and ">cancelled<" in op["html"]
+    assert cost == {"op": "replace", "id": "turn-5-cost", "html": '<span class="cost" id="turn-5-cost"></span>'}
+    _, told = lines.ops({"event": "turn_end", "turn": 6, "outcome": "answered", "cost_usd": 0.0123})
+    assert told["html"] == '<span class="cost" id="turn-6-cost"> · cost $0.0123</span>'
+
+
+def test_a_page_drawn_after_a_turn_ended_shows_its_cost_in_its_head() -> None:
+    events = [
+        {"event": "turn_start", "turn": 7, "wakes": []},
+        {"event": "turn_end", "turn": 7, "outcome": "answered", "cost_usd": 0.5},
+    ]
+    (view,) = lines.turns_of(events, {})
+    assert '<span class="cost" id="turn-7-cost"> · cost $0.5000</span>' in view.html
 
 
 def test_what_a_page_shows_of_a_block_or_a_reply_is_bounded_and_says_so() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from hyperhive.harness.web import lines, page, panels
 from hyperhive.runtime.stream import ResultLine
+from hyperhive.service.web import lines, page, panels
 from hyperhive.store.wakes import QueueCounts, WakeRow
 
 

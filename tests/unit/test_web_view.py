@@ -15,8 +15,10 @@ import anyio
 import httpx
 import pytest
 
-from hyperhive.harness.web.files import read_endpoint
 from hyperhive.runtime.stream import AssistantBody, AssistantLine, TextBlock
+from hyperhive.service.endpoint_files import read_endpoint
+from hyperhive.statedir.layout import StateDir
+from hyperhive.store.outbox import OutboxTable
 from tests.unit.test_harness_loop import until
 from tests.unit.web_hive import events, hive, texts
 
@@ -39,8 +41,8 @@ async def test_a_login_code_is_exchanged_once_for_an_httponly_samesite_strict_co
             assert replayed.status_code == 403 and "set-cookie" not in replayed.headers
         secret = tmp_path / "state" / "web-token"
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-        assert read_endpoint(tmp_path / "state") is not None
-    assert read_endpoint(tmp_path / "state") is None  # removed when the view stops
+        assert read_endpoint(StateDir(tmp_path / "state").web_endpoint) is not None
+    assert read_endpoint(StateDir(tmp_path / "state").web_endpoint) is None  # removed when the view stops
 
 
 async def test_every_page_and_the_stream_are_refused_without_the_cookie(tmp_path: Path) -> None:
@@ -51,7 +53,7 @@ async def test_every_page_and_the_stream_are_refused_without_the_cookie(tmp_path
         assert (await stranger.get("/events")).status_code == 401
         posted = await stranger.post("/send", data={"body": "hi"}, headers={"origin": h.origin})
         assert posted.status_code == 401
-        assert await h.parts.inbox.waiting_wakes() == []
+        assert await h.parts.inbox.read(lambda t: t.wakes.waiting()) == []
 
 
 async def test_a_form_from_another_origin_or_with_a_forged_csrf_token_stores_nothing(tmp_path: Path) -> None:
@@ -63,7 +65,7 @@ async def test_a_form_from_another_origin_or_with_a_forged_csrf_token_stores_not
         )
         forged = await browser.post("/send", data={"body": "hi", "csrf": "x" + token[1:]}, headers={"origin": h.origin})
         assert (foreign.status_code, forged.status_code) == (403, 403)
-        assert await h.parts.inbox.waiting_wakes() == []
+        assert await h.parts.inbox.read(lambda t: t.wakes.waiting()) == []
         await browser.aclose()
 
 
@@ -92,7 +94,7 @@ async def test_cancelling_the_turn_from_the_view_stops_it_and_sets_its_wake_asid
         done = await browser.post("/cancel-turn", data={"turn": str(turn), "csrf": csrf}, headers={"origin": h.origin})
         assert done.headers["location"] == f"{h.base(browser)}/?done=cancelled&id={turn}"
         await until(lambda: h.parts.loop.current_turn is None)
-        assert (await h.parts.inbox.counts()).set_aside == 1
+        assert (await h.parts.inbox.read(lambda t: t.wakes.counts())).set_aside == 1
         await browser.aclose()
 
 
@@ -118,7 +120,7 @@ async def test_cancelling_the_turn_kills_the_tasks_it_started_unless_the_operato
         assert owned.status == ("running" if keep else "killed")
         assert (await h.parts.engine.status(before.view.row.id)).row.status == "running"
         await anyio.sleep(0.2)
-        assert await h.parts.inbox.waiting_wakes() == [], "a killed task's end wakes no one"
+        assert await h.parts.inbox.read(lambda t: t.wakes.waiting()) == [], "a killed task's end wakes no one"
         await browser.aclose()
 
 
@@ -137,7 +139,7 @@ async def test_a_task_a_reminder_and_a_sub_agent_are_ended_from_the_view(tmp_pat
             answer = await browser.post(path, data={"id": str(number), "csrf": csrf}, headers={"origin": h.origin})
             assert answer.status_code == 303, answer.text
         assert (await h.parts.engine.status(task.view.row.id)).row.status == "killed"
-        assert await h.parts.inbox.reminders() == []
+        assert await h.parts.inbox.read(lambda t: t.wakes.reminders()) == []
         assert (await h.parts.subagents.status(None, sub.id)).state == "cancelled"
         again = await browser.post(
             "/reminders/cancel", data={"id": str(reminder.id), "csrf": csrf}, headers={"origin": h.origin}
@@ -207,14 +209,14 @@ async def test_ten_pages_cost_one_drawing_of_a_panel_per_change(
         browsers = [await h.logged_in() for _ in range(10)]
         inbox = h.parts.inbox
         reads = 0
-        original = inbox.outbox_before
+        original = OutboxTable.before
 
-        async def counted(before: int | None, limit: int) -> Any:
+        def counted(table: OutboxTable, before: int | None, limit: int) -> Any:
             nonlocal reads
             reads += 1
-            return await original(before, limit)
+            return original(table, before, limit)
 
-        monkeypatch.setattr(inbox, "outbox_before", counted)
+        monkeypatch.setattr(OutboxTable, "before", counted)
         got: list[list[dict[str, Any]]] = []
 
         async def follow(browser: httpx.AsyncClient) -> None:

@@ -16,16 +16,16 @@ import anyio
 import httpx
 
 from hyperhive.config import Config
-from hyperhive.harness.inbox import Inbox
-from hyperhive.harness.live import LiveFeed
-from hyperhive.harness.loop import LoopPolicy, TurnLoop
-from hyperhive.harness.notify import SystemdNotifier
-from hyperhive.harness.service import Service
-from hyperhive.harness.subagents import Subagents
-from hyperhive.harness.web.app import WebView
-from hyperhive.harness.web.source import Parts
+from hyperhive.core.inbox import Inbox
+from hyperhive.core.live import LiveFeed
+from hyperhive.core.loop import LoopPolicy, TurnLoop
+from hyperhive.core.notify import SystemdNotifier
+from hyperhive.core.subagents import Subagents
 from hyperhive.mcp_servers import HttpServer
 from hyperhive.runtime.transcript import TranscriptSink
+from hyperhive.service.service import Service
+from hyperhive.service.web.app import WebView
+from hyperhive.service.web.source import Parts
 from hyperhive.store.database import Store
 from hyperhive.store.tasks import TaskTable
 from hyperhive.tasks.engine import TaskEngine

@@ -7,6 +7,7 @@ so an operator fixes a unit file in one pass instead of one restart per mistake.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import math
 import os
@@ -24,12 +25,29 @@ from hyperhive.subagent_profiles import Profile, SubagentLimits, load_profiles
 
 if TYPE_CHECKING:  # imported where used: pydantic costs `hyperhive bash-mcp` about 0.1 s at each start
     from hyperhive.mcp_servers import McpServers
+    from hyperhive.roster import Roster
 
 Runtime = Literal["claude", "acp"]
 
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_ACP_START_TIMEOUT = 60.0
+DEFAULT_PERMISSION_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """The operator's notification command (HIVE_NOTIFY_*; docs/notifications.md): an argv run with each
+    event as JSON on stdin, at most `concurrency` at once, each ended at `timeout` seconds, with at most
+    `backlog` events waiting for a free run (more are dropped, counted in the log)."""
+
+    command: tuple[str, ...]
+    timeout: float = 30.0
+    concurrency: int = 4
+    backlog: int = 64
+
+
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -38,8 +56,10 @@ class Config:
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
     acp_env: Mapping[str, str] = field(default_factory=dict)
-    # How the agent's permission requests are answered (allow by default).
-    acp_permission_policy: Literal["allow", "deny"] = "allow"
+    # How the agent's permission requests are answered (allow by default; `ask`: held for the operator,
+    # docs/permissions.md, the claude runtime's too) and how long one is held before it is denied.
+    acp_permission_policy: Literal["allow", "deny", "ask"] = "allow"
+    permission_timeout: float = DEFAULT_PERMISSION_TIMEOUT
     # The ACP auth method id to `authenticate` with after `initialize` (None: never authenticate).
     acp_auth_method: str | None = None
     # Bound on each start-up step of an ACP agent (initialize, authenticate, session/new|load).
@@ -60,10 +80,25 @@ class Config:
     # Whose runtime this configures: 0, the service's own agent; otherwise a sub-agent's id (its session,
     # its claude MCP file and its bash server's tasks are its own).
     agent_id: int = 0
-    # The web view (harness/web/, docs/web.md): its port on 127.0.0.1 (None: not served; 0: one the kernel
+    # The web view (service/web/, docs/web.md): its port on 127.0.0.1 (None: not served; 0: one the kernel
     # picks, recorded in web.json), and the origin a browser reaches it by through a reverse proxy.
     web_port: int | None = None
     web_origin: str | None = None
+    # The hive (docs/hive.md): the host's roster (HIVE_HIVE) and this agent's name in it (HIVE_AGENT_NAME);
+    # both None when the agent is on its own.
+    hive: Roster | None = None
+    agent_name: str | None = None
+    # The operator's notification command (HIVE_NOTIFY_COMMAND and its bounds); None: no notifications.
+    notify: NotifySettings | None = None
+    # The metrics endpoint (service/metrics/, docs/metrics.md): its port (None: not served; 0: one the kernel
+    # picks, shown by `status`) and the address it listens on (loopback unless the operator opens it).
+    metrics_port: int | None = None
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+
+    @property
+    def asks(self) -> bool:
+        """Whether this agent's permission requests are held for the operator (the `ask` policy)."""
+        return self.acp_permission_policy == "ask"
 
     @property
     def session_scope(self) -> str:
@@ -81,6 +116,15 @@ class Config:
     def state(self) -> StateDir:
         """The state directory's files and folders (statedir/layout.py names them all)."""
         return StateDir(self.state_dir)
+
+    def child_env(self) -> dict[str, str]:
+        """The environment of every process the service starts (its agents, their tasks): its own, with
+        `HIVE_SOCKET` when it serves one, so that they find it (`hyperhive send` from a task, the bash
+        server). Passed to each child explicitly: the service never writes its own environment."""
+        env = dict(os.environ)
+        if self.socket is not None:
+            env["HIVE_SOCKET"] = str(self.socket)
+        return env
 
     def agent_mcp_servers(self) -> McpServers:
         """The MCP servers every agent gets: the configured ones, with our bash server always present."""
@@ -198,6 +242,20 @@ class _Reader:
             return None
         return raw.lower()
 
+    def address(self, name: str, default: str) -> str:
+        """An IP address to listen on (IPv4 or IPv6, no brackets, no port)."""
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            return str(ipaddress.ip_address(raw))
+        except ValueError:
+            self.problems[name] = (
+                f"expected an IP address to listen on, such as 127.0.0.1, ::1 or 0.0.0.0 (no port, no host name), "
+                f"got {raw!r}"
+            )
+            return default
+
     def seconds(self, name: str, default: float) -> float:
         raw = self.get(name)
         if raw is None:
@@ -225,12 +283,54 @@ OVERRIDABLE = {
 }
 
 
+def _hive(r: _Reader) -> tuple[Roster | None, str | None]:
+    """HIVE_HIVE (the roster, checked whole) and HIVE_AGENT_NAME (this agent's entry in it): both or neither."""
+    path, name = r.get("HIVE_HIVE"), r.get("HIVE_AGENT_NAME")
+    if path is None:
+        if name is not None:
+            r.problems["HIVE_AGENT_NAME"] = "set without HIVE_HIVE: an agent's name means something only in a roster"
+        return None, None
+    if name is None:
+        r.problems["HIVE_AGENT_NAME"] = "required with HIVE_HIVE: this agent's name in the roster"
+        return None, None
+    from hyperhive.roster import RosterError, load
+
+    try:
+        return load(Path(path), name), name
+    except RosterError as exc:
+        r.problems["HIVE_HIVE"] = exc.message
+        return None, None
+
+
+def _notify(r: _Reader) -> NotifySettings | None:
+    """HIVE_NOTIFY_COMMAND, a JSON array (an argv, run without a shell: nothing between the unit file and the
+    process re-quotes it; `["/bin/sh", "-c", "..."]` when a shell is wanted), and its bounds, only with it."""
+    bounds = ("HIVE_NOTIFY_TIMEOUT", "HIVE_NOTIFY_CONCURRENCY", "HIVE_NOTIFY_BACKLOG")
+    defaults = NotifySettings(())
+    timeout = r.seconds(bounds[0], defaults.timeout)
+    concurrency = r.count(bounds[1], defaults.concurrency, least=1)
+    backlog = r.count(bounds[2], defaults.backlog, least=1)
+    if r.get("HIVE_NOTIFY_COMMAND") is None:
+        for name in bounds:
+            if r.get(name) is not None and name not in r.problems:
+                r.problems[name] = "set without HIVE_NOTIFY_COMMAND: there is no notification command"
+        return None
+    command = r.json_strings("HIVE_NOTIFY_COMMAND")
+    if "HIVE_NOTIFY_COMMAND" in r.problems:
+        r.problems["HIVE_NOTIFY_COMMAND"] += ' (an argv such as ["/path/to/notify"])'
+        return None
+    if not command or not command[0]:
+        r.problems["HIVE_NOTIFY_COMMAND"] = 'expected a non-empty argv such as ["/path/to/notify"], its program first'
+        return None
+    return NotifySettings(command, timeout, concurrency, backlog)
+
+
 def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool = True, **overrides: object) -> Config:
     """Build the typed configuration from `env` (default: the process environment).
 
     `overrides` (command-line options; None means "not given") replace their variables before reading,
     so they are validated by the same rules and a bad one is reported with the rest. `read_mcp_servers=False`
-    leaves HIVE_MCP_SERVERS (and pydantic) alone, for `hyperhive bash-mcp`, which never uses them.
+    leaves HIVE_MCP_SERVERS and HIVE_HIVE (and pydantic) alone, for `hyperhive bash-mcp`, which never uses them.
     """
     merged = dict(os.environ if env is None else env)
     for name, value in overrides.items():
@@ -249,10 +349,18 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
     acp_command = r.get("HIVE_ACP_COMMAND")
     acp_args = r.json_strings("HIVE_ACP_ARGS")
     acp_env = r.json_env("HIVE_ACP_ENV")
-    policy = r.get("HIVE_ACP_PERMISSION_POLICY") or "allow"
-    if policy not in ("allow", "deny"):
-        r.problems["HIVE_ACP_PERMISSION_POLICY"] = f"must be 'allow' or 'deny', got {policy!r}"
-        policy = "allow"
+    # HIVE_PERMISSION_POLICY names it for either runtime (claude's only `ask` changes anything: otherwise
+    # claude decides by its own permission mode); HIVE_ACP_PERMISSION_POLICY is its older, ACP-only name.
+    policy = "allow"
+    given = {n: v for n in ("HIVE_PERMISSION_POLICY", "HIVE_ACP_PERMISSION_POLICY") if (v := r.get(n))}
+    for name, value in given.items():
+        if value not in ("allow", "deny", "ask"):
+            r.problems[name] = f"must be 'allow', 'deny' or 'ask', got {value!r}"
+        else:
+            policy = value
+    if len(set(given.values())) > 1:
+        r.problems["HIVE_PERMISSION_POLICY"] = "differs from HIVE_ACP_PERMISSION_POLICY: set one of them"
+    permission_timeout = r.seconds("HIVE_PERMISSION_TIMEOUT", DEFAULT_PERMISSION_TIMEOUT)
     acp_auth_method = r.auth_method("HIVE_ACP_AUTH_METHOD")
     acp_start_timeout = r.seconds("HIVE_ACP_START_TIMEOUT", DEFAULT_ACP_START_TIMEOUT)
 
@@ -302,10 +410,16 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         idle_agents=r.count("HIVE_SUBAGENT_IDLE_AGENTS", defaults.idle_agents, least=0),
     )
 
+    hive, agent_name = _hive(r) if read_mcp_servers else (None, None)
+    notify = _notify(r)
     web_port = r.port("HIVE_WEB_PORT")
     web_origin = r.origin("HIVE_WEB_ORIGIN")
     if web_origin is not None and web_port is None and "HIVE_WEB_ORIGIN" not in r.problems:
         r.problems["HIVE_WEB_ORIGIN"] = "set without HIVE_WEB_PORT: the web view is not served"
+    metrics_port = r.port("HIVE_METRICS_PORT")
+    metrics_address = r.address("HIVE_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS)
+    if r.get("HIVE_METRICS_ADDRESS") is not None and metrics_port is None and "HIVE_METRICS_PORT" not in r.problems:
+        r.problems["HIVE_METRICS_ADDRESS"] = "set without HIVE_METRICS_PORT: the metrics are not served"
 
     values: dict[str, object] = {
         "runtime": runtime,
@@ -313,6 +427,7 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         "acp_args": acp_args,
         "acp_env": acp_env,
         "acp_permission_policy": policy,
+        "permission_timeout": permission_timeout,
         "acp_auth_method": acp_auth_method,
         "acp_start_timeout": acp_start_timeout,
         "mcp_servers": mcp_servers,
@@ -327,6 +442,11 @@ def load_config(env: Mapping[str, str] | None = None, *, read_mcp_servers: bool 
         "subagent_limits": limits,
         "web_port": web_port,
         "web_origin": web_origin,
+        "hive": hive,
+        "agent_name": agent_name,
+        "notify": notify,
+        "metrics_port": metrics_port,
+        "metrics_address": metrics_address,
     }
     if values["runtime"] == "acp" and not values["acp_command"]:
         r.problems["HIVE_ACP_COMMAND"] = "required when HIVE_RUNTIME is 'acp': the ACP agent's executable"

@@ -43,7 +43,9 @@ class ToolFailure(HyperhiveError):
     served now. The message says what to do instead; `data` names the field and value where there is one.
 
     The one error a tool raises for its caller to read: the bash servers answer it as the tool's result with
-    `isError: true` (not a protocol error), `hyperhive tasks` prints it. Anything else a tool raises is a bug.
+    `isError: true` (not a protocol error), and so does hyperhive's HTTP server for its own tools (converted
+    to the mcp SDK's error where they are registered, service/http_tools.py); `hyperhive tasks` prints it.
+    Anything else a tool raises is a bug.
     """
 
 
@@ -73,7 +75,7 @@ class ServiceRunning(HyperhiveError):
 
 class StartFailed(HyperhiveError):
     """`hyperhive agent` could not start, for a reason outside the state directory (exit status 1): the
-    message names the step (harness/startup.py)."""
+    message names the step (service/startup.py)."""
 
 
 def exit_status(exc: HyperhiveError) -> int:
@@ -96,3 +98,8 @@ def hyperhive_error(exc: BaseException) -> HyperhiveError | None:
             if found is not None:
                 return found
     return None
+
+
+class AnswerRefused(ToolFailure):
+    """An answer to a permission request that can no longer take one: answered already, expired, withdrawn
+    or unknown (store/permissions.py). `data`: the request's id and its state."""

@@ -1,7 +1,7 @@
 """An MCP tool as a server holds it: its declaration (`ToolSpec`), its handler (`Tool`), its result.
 
 Below the tools (tasks/tools.py declares and runs the bash tools) and the servers that serve them
-(bash_mcp/: the stdio protocol, the standalone and the forwarding server; harness/service.py: op `tool`),
+(bash_mcp/: the stdio protocol, the standalone and the forwarding server; service/service.py: op `tool`),
 so that neither imports the other for a shape they share. Standard library only, and not even `typing` at
 run time: the forwarding server imports this on its 100 ms start-up path (bash_mcp/protocol.py says why).
 """

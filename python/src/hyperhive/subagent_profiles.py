@@ -57,7 +57,7 @@ class Profile:
     acp_command: str | None = None
     acp_args: tuple[str, ...] = ()
     acp_env: Mapping[str, str] = field(default_factory=dict)
-    acp_permission_policy: Literal["allow", "deny"] = "allow"
+    acp_permission_policy: Literal["allow", "deny", "ask"] = "allow"
     acp_auth_method: str | None = None
     acp_start_timeout: float | None = None
     idle_timeout: float | None = None
@@ -175,8 +175,8 @@ def _profile(name: str, raw: object, problems: _Problems) -> Profile | None:
         else:
             values["acp_env"] = env
         policy = acp.get("permissionPolicy", "allow")
-        if policy not in ("allow", "deny"):
-            problems.add(f"{name}.acp.permissionPolicy", "must be 'allow' or 'deny'")
+        if policy not in ("allow", "deny", "ask"):
+            problems.add(f"{name}.acp.permissionPolicy", "must be 'allow', 'deny' or 'ask'")
         else:
             values["acp_permission_policy"] = policy
         if "authMethod" in acp:

@@ -46,6 +46,11 @@ let
     mypy = pyPkg "mypy" { version = "1.17.0"; };
     pyflakes = pyPkg "pyflakes" { version = "3.4.0"; };
     playwright = pyPkg "playwright" { version = "1.52.0"; };
+    prometheus-client = pyPkg "prometheus-client" { version = "0.25.0"; };
+    nats-py = pyPkg "nats-py" {
+      version = "2.15.0";
+      meta.changelog = throw "the stub's changelog reads src.tag, which a PyPI source does not have";
+    };
   };
 
   mkPython =
@@ -100,7 +105,8 @@ let
     testers.runNixOSTest =
       t:
       assert builtins.isString t.name && builtins.isString t.testScript;
-      assert builtins.isFunction t.nodes.machine || builtins.isAttrs t.nodes.machine;
+      assert t.nodes != { };
+      assert builtins.all (n: builtins.isFunction n || builtins.isAttrs n) (builtins.attrValues t.nodes);
       # The test's own arguments are kept: tests/nix/vm-tests.nix evaluates its nodes and script.
       drv "vm-test-run-${t.name}" {
         inherit (t) testScript;
@@ -145,6 +151,7 @@ let
     "nodejs"
     "nix"
     "sqlite"
+    "nats-server"
     "curl"
     "bash"
     "coreutils"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -24,7 +25,10 @@ COMMANDS = {
     "cancel": "hyperhive.cli.cancel:cancel",
     "demo": "hyperhive.cli.demo:demo",
     "demo-agent": "hyperhive.cli.demo_agent:demo_agent",
+    "hive": "hyperhive.cli.hive:hive",
+    "hive-provision": "hyperhive.cli.hive_provision:hive_provision",
     "outbox": "hyperhive.cli.outbox:outbox",
+    "permissions": "hyperhive.cli.permissions:permissions",
     "send": "hyperhive.cli.send:send",
     "status": "hyperhive.cli.status:status",
     "subagents": "hyperhive.cli.subagents:subagents",
@@ -84,23 +88,28 @@ def _fail_store(exc: BaseException) -> NoReturn:
     """One line for a failure of the state database, as `describe_sqlite_error` says it; exit 3."""
     import sqlite3
 
+    from hyperhive.cli.which_agent import chosen_config
     from hyperhive.store.database import describe_sqlite_error
 
     assert isinstance(exc, sqlite3.Error)
-    db = config_or_exit(read_mcp_servers=False).state.db
+    ctx = click.get_current_context(silent=True)
+    config = chosen_config(ctx) if ctx is not None else None  # an operator command's, for its agent
+    db = (config or config_or_exit(read_mcp_servers=False)).state.db
     click.echo(f"hyperhive: {describe_sqlite_error(exc, db)}", err=True)
     sys.exit(EXIT_STATE)
 
 
-def config_or_exit(*, read_mcp_servers: bool = True, **overrides: Any) -> Config:
-    """The configuration, or exit 2 with one message naming every bad variable.
+def config_or_exit(*, read_mcp_servers: bool = True, env: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+    """The configuration (from `env`, default the process environment), or exit 2 with one message naming
+    every bad variable. The operator's commands load theirs with `which_agent.operator_config`, for the agent
+    chosen.
 
     `read_mcp_servers=False` for commands that never use HIVE_MCP_SERVERS (it costs pydantic, ~0.1 s).
     """
     from hyperhive.config import load_config
 
     try:
-        return load_config(read_mcp_servers=read_mcp_servers, **overrides)
+        return load_config(env, read_mcp_servers=read_mcp_servers, **overrides)
     except ConfigError as exc:
         fail_config(exc)
 
@@ -110,10 +119,26 @@ def fail_config(exc: ConfigError) -> NoReturn:
     sys.exit(EXIT_CONFIG)
 
 
+AGENT_HELP = (
+    "Which agent of the hive an operator command (send, status, outbox, tail, cancel, tasks, subagents, "
+    "web-login) is for: its state directory from the roster that HIVE_HIVE names, which wins over "
+    "HIVE_STATE_DIR. Default: HIVE_AGENT; else the roster's only agent; without HIVE_HIVE, HIVE_STATE_DIR as "
+    "for one agent."
+)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hyperhive")
-def main() -> None:
+@click.option("--agent", metavar="NAME", envvar="HIVE_AGENT", help=AGENT_HELP)
+@click.pass_context
+def main(ctx: click.Context, agent: str | None) -> None:
     """Run one coding agent as a supervised service, turn after turn.
 
-    Configuration comes from the HIVE_* environment (docs/architecture.md lists it).
+    Configuration comes from the HIVE_* environment (docs/architecture.md lists it). On a host with several
+    agents (a hive, docs/hive.md), `--agent NAME` says which one an operator command is for, and `hyperhive
+    hive` lists them all.
     """
+    if agent:
+        from hyperhive.cli.which_agent import check_agent_option
+
+        check_agent_option(ctx, agent)

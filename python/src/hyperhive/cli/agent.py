@@ -3,7 +3,7 @@
 Exit statuses (the `hyperhive` table): 0 after a clean stop, 2 bad configuration (the unit's
 `RestartPreventExitStatus=2`: no restart loop), 3 the state directory or database cannot be used, 4 another
 service holds the state directory, 1 the start failed for another reason. A failed start is one line naming
-its step (harness/startup.py).
+its step (service/startup.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hyperhive.errors import EXIT_STATE
 @click.option("-v", "--verbose", is_flag=True, help="Log debug lines too.")
 def agent(verbose: bool) -> None:
     """Run the agent service: wakes become turns, until SIGTERM (then exit 0)."""
-    from hyperhive.harness.service import serve
+    from hyperhive.service.service import serve
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 
-from hyperhive.cli import config_or_exit
 from hyperhive.cli.operator import ask_service
+from hyperhive.cli.which_agent import operator_config
 
 
 @click.command()
@@ -18,7 +18,7 @@ from hyperhive.cli.operator import ask_service
 @click.option("--keep-tasks", is_flag=True, help="Let the background tasks the turn started run on.")
 def cancel(turn: int | None, keep_tasks: bool) -> None:
     """Stop the turn in flight (TURN: only if it is that one) and the tasks it started."""
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     request: dict[str, object] = {"keep_tasks": keep_tasks}
     if turn is not None:
         request["turn"] = turn

@@ -15,18 +15,20 @@ printed.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import click
 
+from hyperhive.cli.demo_hive import run_hive_demo
 from hyperhive.cli.demo_operator import Replies, echo, send_to_agent, show, show_cli, wait_for_subscriber
 from hyperhive.cli.demo_service import (
     KILL_GRACE,
@@ -38,12 +40,12 @@ from hyperhive.cli.demo_service import (
     keep_instructions,
     log_tail,
     make_state_dir,
-    wait_for_socket,
+    start_service,
+    wait_for_socket,  # noqa: F401 (the tests reach it here)
     web_line,
     web_url,
     what_next,
 )
-from hyperhive.statedir.files import open_file
 from hyperhive.statedir.layout import StateDir
 
 MESSAGE = "Please run a background task and tell me when it is done."
@@ -104,13 +106,7 @@ async def _steps(
     within: float,
     stop_within: float,
 ) -> None:
-    paths = StateDir(state)
-    log_fd = open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        service = await children.start(argv, env=env, stdout=log_fd, stderr=log_fd, label="the service")
-    finally:
-        os.close(log_fd)  # the service has its own copy
-    await wait_for_socket(paths.socket, within=SOCKET_WITHIN, exited=service.poll)
+    service = await start_service(children, argv, env=env, state=state, within=SOCKET_WITHIN, label="the service")
     echo(f"the service is up (pid {service.pid})")
     url = web_url(state)
     if url is not None:  # the service writes it before it binds its control socket
@@ -168,7 +164,12 @@ async def _steps(
     show_default=True,
     help="Seconds to wait for each of the agent's replies once its message is sent.",
 )
-def demo(keep: bool, within: float) -> None:
+@click.option(
+    "--hive",
+    is_flag=True,
+    help="Two agents instead, alice and bob, each its own service, that message each other (docs/hive.md).",
+)
+def demo(keep: bool, within: float, hive: bool) -> None:
     """See the service work, offline, in a temporary state directory, with a built-in scripted agent.
 
     Starts `hyperhive agent` with `hyperhive demo-agent` (an ACP agent without a model), shows the live
@@ -177,17 +178,22 @@ def demo(keep: bool, within: float) -> None:
     own task wakes it and whose answer wakes the agent, which relays it. Prints the outbox and the
     sub-agents, stops the service. The service serves its web view on a free port of 127.0.0.1 meanwhile
     (`hyperhive web-login` prints a link); `--keep` leaves both running.
+
+    With `--hive`, two agents of one host, alice and bob, each its own service: alice is asked to have bob
+    run a command; bob runs it in the background and answers her when it ends, and she tells the operator.
     """
     try:
-        code = anyio.run(_with_signals, keep, within)
+        code = anyio.run(
+            _with_signals, functools.partial(run_hive_demo if hive else run_demo, keep=keep, within=within)
+        )
     except DemoFailed as exc:
         echo(f"hyperhive demo: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
 
 
-async def _with_signals(keep: bool, within: float) -> int:
-    """The demo, stopped cleanly (everything it started stopped too) by SIGINT/SIGTERM: exit 128+N."""
+async def _with_signals(run: Callable[[], Awaitable[int]]) -> int:
+    """The demo (`run`), stopped cleanly (everything it started stopped too) by SIGINT/SIGTERM: exit 128+N."""
     stopped_by: list[int] = []
     failure: list[DemoFailed] = []
     async with anyio.create_task_group() as tg:
@@ -201,7 +207,7 @@ async def _with_signals(keep: bool, within: float) -> int:
 
         async def main() -> None:
             try:
-                await run_demo(keep=keep, within=within)
+                await run()
             except DemoFailed as exc:
                 failure.append(exc)
             tg.cancel_scope.cancel()

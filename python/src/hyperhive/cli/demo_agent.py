@@ -16,7 +16,8 @@ import click
     show_default=True,
     help="Seconds an MCP tool call (connect, initialize, call) may take before the turn goes on without it.",
 )
-def demo_agent(mcp_timeout: float) -> None:
+@click.option("--ask", is_flag=True, help="Ask permission (session/request_permission) before each bash tool call.")
+def demo_agent(mcp_timeout: float, ask: bool) -> None:
     """A deterministic ACP agent on stdin/stdout, no model: what `hyperhive demo` runs.
 
     It runs a background task through the bash MCP server when the operator writes, and replies through
@@ -27,4 +28,4 @@ def demo_agent(mcp_timeout: float) -> None:
     from hyperhive.demo_agent.stdio import serve
 
     logging.basicConfig(level=logging.INFO, format="hyperhive demo-agent: %(levelname)s %(message)s")
-    asyncio.run(serve(DemoAgent(mcp_timeout=mcp_timeout)))
+    asyncio.run(serve(DemoAgent(mcp_timeout=mcp_timeout, ask=ask)))

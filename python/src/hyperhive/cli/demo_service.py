@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -21,6 +22,7 @@ import anyio.abc
 from hyperhive.errors import HyperhiveError
 from hyperhive.procs import Child, Stdio
 from hyperhive.statedir.directory import make_dirs
+from hyperhive.statedir.files import open_file
 from hyperhive.statedir.layout import StateDir
 
 KILL_GRACE = 3.0
@@ -92,6 +94,21 @@ async def wait_for_socket(path: Path, *, within: float, exited: Callable[[], int
     raise DemoFailed(f"the service did not open its control socket {path} within {within:g} s")
 
 
+async def start_service(
+    children: Children, argv: Sequence[str], *, env: Mapping[str, str], state: Path, within: float, label: str
+) -> Child:
+    """Start a service (its output in the state directory's demo log) and return once its control socket
+    accepts a connection; DemoFailed when it exits first or does not open it within `within` seconds."""
+    paths = StateDir(state)
+    log_fd = open_file(paths.demo_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        service = await children.start(argv, env=env, stdout=log_fd, stderr=log_fd, label=label)
+    finally:
+        os.close(log_fd)  # the service has its own copy
+    await wait_for_socket(paths.socket, within=within, exited=service.poll)
+    return service
+
+
 class Children:
     """The processes the demo started (`procs.Child`, each leading its own group). Leaving the context stops
     every one still running, whatever the path: SIGTERM to its process group, `grace` seconds, SIGKILL;
@@ -153,7 +170,7 @@ def log_tail(log: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(PREFIX + line for line in text.splitlines()[-lines:])
 
 
-def _prog() -> str:
+def prog() -> str:
     """How the operator runs hyperhive from a shell: `hyperhive` when that is on PATH, else this Python."""
     return "hyperhive" if shutil.which("hyperhive") else f"{shlex.quote(sys.executable)} -m hyperhive"
 
@@ -165,7 +182,7 @@ def state_env(state: Path) -> str:
 
 def web_line(state: Path, url: str) -> str:
     """The web view introduced: where it is, and the command that gives a link to log a browser in."""
-    return f"its web view: {url} (`{state_env(state)} {_prog()} web-login` prints a link that logs a browser in)"
+    return f"its web view: {url} (`{state_env(state)} {prog()} web-login` prints a link that logs a browser in)"
 
 
 NIXOS = "for an agent of your own, run as a service: the README's NixOS section"
@@ -176,7 +193,7 @@ def what_next() -> str:
     return "\n".join(
         [
             "What next:",
-            f"  {_prog()} demo --keep",
+            f"  {prog()} demo --keep",
             "      the same, and the service and its web view are left running, with the commands to try on them:",
             "      send, status, tail -f, web-login",
             f"  {NIXOS}",
@@ -186,20 +203,20 @@ def what_next() -> str:
 
 def keep_instructions(state: Path, pid: int, url: str | None = None) -> str:
     env = state_env(state)
-    prog = _prog()
-    web = [f"  {env} {prog} web-login  # a link that logs a browser into {url}"] if url else []
+    shell = prog()
+    web = [f"  {env} {shell} web-login  # a link that logs a browser into {url}"] if url else []
     return "\n".join(
         [
             f"The service keeps running (pid {pid}); its state and log ({StateDir(state).demo_log}) are in {state}.",
             "What next, with it:",
-            f"  {env} {prog} send 'run: ls -l'",
-            f"  {env} {prog} send 'delegate: run: ls -l'",
-            f"  {env} {prog} send 'remind 5s: stretch your legs'",
-            f"  {env} {prog} status",
-            f"  {env} {prog} tail -f",
+            f"  {env} {shell} send 'run: ls -l'",
+            f"  {env} {shell} send 'delegate: run: ls -l'",
+            f"  {env} {shell} send 'remind 5s: stretch your legs'",
+            f"  {env} {shell} status",
+            f"  {env} {shell} tail -f",
             *web,
-            f"  {env} {prog} outbox",
-            f"  {env} {prog} subagents",
+            f"  {env} {shell} outbox",
+            f"  {env} {shell} subagents",
             "Stop it (it exits 0) and clean up:",
             f"  kill -TERM {pid} && rm -rf {shlex.quote(str(state))}",
             f"Then, {NIXOS}.",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hyperhive.config import Config
-    from hyperhive.harness.control import ControlClient
+    from hyperhive.service.control import ControlClient
 
 # While nothing answers, the follower asks again after this long, doubling up to the most: a restarted
 # service is followed within 2 s of its socket answering, and a stopped one costs a connect every 2 s.
@@ -44,7 +44,7 @@ def follow_service(
     """
     import anyio
 
-    from hyperhive.harness.control import ControlClient
+    from hyperhive.service.control import ControlClient
 
     def gone() -> str | None:
         root = config.state_dir

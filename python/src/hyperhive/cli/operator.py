@@ -1,6 +1,7 @@
 """What the operator's commands share: `send` (send.py), `status` (status.py), `outbox` (outbox.py) and
 `tail` (tail.py); `outbox -f` and `tail -f` follow the live stream through follow.py.
 
+Which agent they are for, on a host with several (a hive), is which_agent.py's to say (`--agent NAME`).
 They talk to the running service over its control socket, and read the store directly when it is down
 (saying so). Exit statuses: 0 done, 1 the request failed, 2 bad configuration, 3 no usable state
 directory, 4 the service is needed (`-f`) but not running.
@@ -66,15 +67,15 @@ def existing_state(config: Config) -> Path:
     return config.state_dir
 
 
-def open_records(config: Config, *, write: bool = False) -> Any:
-    """The store's records, never a new store (root may read another user's). Only `send` writes: for the
-    rest a state directory that cannot be written (read-only, full) is read read-only."""
-    from hyperhive.harness.records import Records
+def open_tables(config: Config, *, write: bool = False) -> Any:
+    """The store's tables (store/tables.py), never a new store (root may read another user's). Only `send`
+    writes: for the rest a state directory that cannot be written (read-only, full) is read read-only."""
     from hyperhive.store.database import Store
+    from hyperhive.store.tables import Tables
 
     existing_state(config)
     try:
-        return Records(Store(config.state.db, create=False, write=write))
+        return Tables(Store(config.state.db, create=False, write=write))
     except StoreError as exc:
         fail(str(exc), EXIT_STATE)
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from hyperhive.cli import config_or_exit
 from hyperhive.cli.follow import follow_service
-from hyperhive.cli.operator import RAW_HELP, open_records, shown, when
+from hyperhive.cli.operator import RAW_HELP, open_tables, shown, when
+from hyperhive.cli.which_agent import operator_config
 
 
 @click.command()
@@ -20,8 +20,8 @@ from hyperhive.cli.operator import RAW_HELP, open_records, shown, when
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
     """What the agent replied (and the service's notices), oldest first."""
-    config = config_or_exit(read_mcp_servers=False)
-    records = open_records(config)
+    config = operator_config()
+    tables = open_tables(config)
     as_shown = shown(raw)
 
     def show(row: Any) -> None:
@@ -32,7 +32,7 @@ def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
         sys.stdout.flush()
 
     last = 0
-    for row in records.outbox_tail(count):
+    for row in tables.outbox.tail(count):
         show(row)
         last = row.id
     if not follow:
@@ -41,7 +41,7 @@ def outbox(follow: bool, count: int, as_json: bool, raw: bool) -> None:
     def catch_up() -> None:
         # The outbox is durable: whatever was missed (before subscribing, or while dropped) is read back.
         nonlocal last
-        for row in records.outbox(after=last):
+        for row in tables.outbox.after(last):
             show(row)
             last = row.id
 

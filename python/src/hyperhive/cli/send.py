@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hyperhive.cli import config_or_exit
-from hyperhive.cli.operator import fail, open_records
+from hyperhive.cli.operator import fail, open_tables
+from hyperhive.cli.which_agent import operator_config
 from hyperhive.control.send import OPERATOR, BadSend, check_send
 from hyperhive.control.wire import ControlError, ServiceUnavailable, ask
 from hyperhive.errors import EXIT_FAILED, EXIT_STATE
@@ -43,7 +43,7 @@ def send(text: str | None, source: str) -> None:
         message = check_send(text, source, os.urandom(16).hex())
     except BadSend as exc:  # the service would refuse it too: refused here, whether it runs or not
         fail(exc.message)
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     try:
         params = {"body": message.body, "request_id": message.request_id, "from": message.source}
         answer = ask(config.state.socket, "send", params, on_busy=_say_busy)
@@ -64,16 +64,16 @@ def _store_wake_here(config: Config, source: str, text: str, request_id: str | N
     """The service did not take the message (not running, or holding the state directory without answering
     within the wait): store the wake here. WAL lets this write beside a running service, and the request id
     makes it one wake even if the service stored it too; a running service finds it by itself (it looks
-    for wakes it was not told of: harness/inbox.py, `Inbox.wait`)."""
+    for wakes it was not told of: core/inbox.py, `Inbox.wait`)."""
     import sqlite3
 
     from hyperhive.control.lock import holder
     from hyperhive.control.wire import AnswerLost
     from hyperhive.store.database import describe_sqlite_error
 
-    records = open_records(config, write=True)
+    tables = open_tables(config, write=True)
     try:
-        wake = records.add_wake(source, text, request_id=request_id)
+        wake = tables.wakes.add(source, text, request_id=request_id)
     except sqlite3.Error as exc:
         stored = "it may have been stored before that" if isinstance(why, AnswerLost) else "it was not stored"
         fail(

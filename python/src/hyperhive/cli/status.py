@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from hyperhive.cli import config_or_exit
-from hyperhive.cli.operator import fail, open_records, when
+from hyperhive.cli.operator import fail, open_tables, when
+from hyperhive.cli.which_agent import operator_config
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.visible import visible
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="As one JSON object.")
 def status(as_json: bool) -> None:
     """What the service is doing: runtime, session, context, queue, tasks, last turn, sub-agents."""
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     problem = None
     try:
         info = call(config.state.socket, "status")
@@ -54,37 +55,38 @@ def _not_answering(config: Config, exc: ServiceUnavailable) -> str | None:
 def _offline_status(config: Config, problem: str | None = None) -> dict[str, Any]:
     import dataclasses
 
-    records = open_records(config)
-    last = records.last_turn()
-    from hyperhive.store.subagents import SubagentTable, in_status, operator_view
-    from hyperhive.store.tasks import TaskTable
+    tables = open_tables(config)
+    last = tables.turns.last()
+    from hyperhive.store.subagents import in_status, operator_view
 
-    unfinished = TaskTable(records.store).unfinished()
+    unfinished = tables.tasks.unfinished()
     tasks = [{"id": t.id, "status": t.status, "cmd": t.cmd[:200], "agent": t.agent} for t in unfinished]
     # As the service shows them (none is in a turn: no service drives them).
-    rows = in_status(SubagentTable(records.store).recent())
-    subagents = [operator_view(r) for r in rows]
+    rows = in_status(tables.subagents.recent())
+    subtrees = tables.subagents.subtree_costs()
+    subagents = [{**operator_view(r), "subtree_cost_usd": subtrees.get(r.id)} for r in rows]
     return {
         "headline": offline_headline(rows),
         "up": False,
         "state": "not running" if problem is None else "not answering",
         "problem": problem,
-        **_store_state(records.store),
+        **_store_state(tables.store),
         "runtime": config.runtime,
-        "queue": dataclasses.asdict(records.counts()),
+        "queue": dataclasses.asdict(tables.wakes.counts()),
         "tasks": tasks,
         "last_turn": dataclasses.asdict(last) if last is not None else None,
-        "turns": records.turn_count(),
+        "turns": tables.turns.count(),
+        "cost_usd": tables.turns.every_agents_cost(),
         "subagents": subagents,
     }
 
 
 def offline_headline(rows: Any) -> dict[str, Any]:
-    """The headline (harness/headline.py) as the store tells it: nothing is in a turn without a service, and
+    """The headline (core/headline.py) as the store tells it: nothing is in a turn without a service, and
     a sub-agent `working` in its row waits on its own task (its answer is yet to come)."""
     import time
 
-    from hyperhive.harness.headline import Busy, headline
+    from hyperhive.core.headline import Busy, headline
 
     return headline("not running", [Busy(r.id, None) for r in rows if r.state == "working"]).as_dict(time.time())
 
@@ -97,7 +99,7 @@ def compact_headline(info: dict[str, Any]) -> str | None:
         return None
     if shown.get("state") != "working":
         return str(shown.get("text"))
-    from hyperhive.harness.headline import Busy, headline
+    from hyperhive.core.headline import Busy, headline
 
     busy = [Busy(b["agent"], b["turn"]) for b in shown.get("busy", [])]
     return headline(str(info.get("state", "")), busy).text(0)
@@ -146,7 +148,7 @@ def _queue(info: dict[str, Any]) -> str:
 
 
 def _task(task: dict[str, Any]) -> str:
-    from hyperhive.harness.headline import who
+    from hyperhive.core.headline import who
 
     agent = task.get("agent")
     return f"task {task['id']}{'' if agent is None else f' ({who(agent)})'}: {task['cmd']}"
@@ -162,6 +164,32 @@ def _turns(info: dict[str, Any]) -> str:
     error = f": {last['error']}" if last.get("error") else ""
     counted = f"{n} turn{'' if n == 1 else 's'}"
     return f"turns:    {counted}, latest #{last['id']} {last['outcome']} at {when(last['started_at'])}{took}{error}"
+
+
+def _cost(info: dict[str, Any]) -> str:
+    """What every agent's turns cost in all, as the runtimes told it (claude does; most ACP agents do not)."""
+    from hyperhive.cli.subagents import cost_text
+
+    total = info.get("cost_usd")
+    if not total:
+        return "cost:     - (no turn told its cost)"
+    return f"cost:     {cost_text(total)} in all (the agent's turns and every sub-agent's)"
+
+
+def _hive(hive: dict[str, Any]) -> str:
+    """This agent in the hive (the service's `hive` key): its name, whom it may write to, its messages in
+    flight and when it last sent and was given one (`hyperhive hive` shows every agent's)."""
+    import time
+
+    from hyperhive.cli.hive import age, flying_ids
+
+    now, flying = time.time(), hive.get("in_flight") or []
+    may = ", ".join(hive.get("may_write_to") or []) or "nobody"
+    named = f": {flying_ids(flying)}" if flying else ""
+    return (
+        f"hive:     {hive.get('name')}, may write to {may}; {len(flying)} in flight{named}; last sent "
+        f"{age(hive.get('last_sent'), now)}, last received {age(hive.get('last_received'), now)}"
+    )
 
 
 def _store_state(store: Any) -> dict[str, str]:
@@ -204,6 +232,28 @@ def _format_status(info: dict[str, Any]) -> str:
     tasks = info.get("tasks") or []
     lines.append(f"tasks:    {len(tasks)} running" + "".join(f"\n  {_task(t)}" for t in tasks[:10]))
     lines.append(_turns(info))
+    notes = info.get("notifications")
+    if notes:
+        counted = ", ".join(
+            f"{notes.get(k, 0)} {k.replace('_', ' ')}" for k in ("sent", "failed", "timed_out", "dropped")
+        )
+        lines.append(f"notifications: {counted}; {notes.get('running', 0)} running, {notes.get('waiting', 0)} waiting")
+    asked = info.get("permissions") or {}
+    if asked.get("waiting") or asked.get("rules"):
+        waiting, rules = asked.get("waiting") or [], asked.get("rules") or []
+        lines.append(
+            f"permissions: {len(waiting)} waiting for you, {len(rules)} always-rule(s) (hyperhive permissions)"
+            + "".join(f"\n  [{r['id']}] {r['tool']}: {r['title']}" for r in waiting[:10])
+        )
+    if "cost_usd" in info:  # not from a service older than this command
+        lines.append(_cost(info))
+    if info.get("hive"):
+        lines.append(_hive(info["hive"]))
+        from hyperhive.hive.link import broker_text
+
+        broker = broker_text(info["hive"].get("broker"), time.time())
+        if broker is not None:
+            lines.append(f"broker:   {broker}")
     subagents = info.get("subagents") or []
     if subagents:
         from hyperhive.cli.subagents import subagent_lines

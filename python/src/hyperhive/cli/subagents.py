@@ -16,12 +16,15 @@ from typing import Any, NoReturn
 
 import click
 
-from hyperhive.cli import config_or_exit
+from hyperhive.cli.which_agent import operator_config
 from hyperhive.control.wire import AnswerLost, ControlError, ServiceUnavailable, call
 from hyperhive.errors import EXIT_BUSY, EXIT_FAILED
 from hyperhive.visible import visible
 
 TASK_CHARS = 60
+# The column of a sub-agent's subtree's cost (it and its descendants), and the key `status` tells it by.
+SUBTREE = "subtree"
+SUBTREE_KEY = "subtree_cost_usd"
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -86,9 +89,11 @@ def subagent_lines(entries: list[dict[str, Any]], busy: list[dict[str, Any]] | N
     in_turn = {b["agent"]: b.get("secs") or 0.0 for b in busy or () if b.get("turn") is not None}
     rows = _tree(entries)
     width = max([2, *(len(cell) for cell, _ in rows)])
+    # `status` tells each one's subtree's cost too (it and its descendants): a column of its own then.
+    subtree = any("subtree_cost_usd" in e for e in entries)
     lines = [
         f"{'id':<{width}}  {'profile':<12} {'state':<10} {'now':<11} {'turns':>5} {'context':>13} "
-        f"{'time':>8} {'cost':>9}  task"
+        f"{'time':>8} {'cost':>9}{f' {SUBTREE:>9}' if subtree else ''}  task"
     ]
     for cell, e in rows:
         task = " ".join(str(e.get("task", "")).split())
@@ -96,7 +101,8 @@ def subagent_lines(entries: list[dict[str, Any]], busy: list[dict[str, Any]] | N
         secs = e["busy_secs"] + (in_turn.get(e["id"], 0.0) if e.get("turn") is not None else 0.0)
         lines.append(
             f"{cell:<{width}}  {e['profile']:<12} {e['state']:<10} {_now(e):<11} {e['turns']:>5} {_context(e):>13} "
-            f"{secs:>6.1f} s {cost_text(e.get('cost_usd')):>9}  {task}"
+            f"{secs:>6.1f} s {cost_text(e.get('cost_usd')):>9}"
+            f"{f' {cost_text(e.get(SUBTREE_KEY)):>9}' if subtree else ''}  {task}"
         )
         if e.get("error"):
             lines.append(f"{'':{width + 2}}{e['state']}: {' '.join(str(e['error']).split())}")
@@ -115,7 +121,7 @@ def subagents(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     try:
         answer = call(config.state.socket, "subagents")
     except ServiceUnavailable as exc:
@@ -145,7 +151,7 @@ def _busy(socket: Any) -> list[dict[str, Any]]:
 def cancel(subagent_id: int) -> None:
     """Cancel sub-agent ID for good: its turn is stopped, its tasks killed, its own sub-agents cancelled;
     the agent that started it is told (a wake)."""
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     try:
         answer = call(config.state.socket, "subagent_cancel", id=subagent_id)
     except AnswerLost as exc:  # it may have been cancelled: say so, never that it was not

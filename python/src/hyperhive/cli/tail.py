@@ -1,5 +1,5 @@
 """`hyperhive tail`: the end of the newest transcript, read back from its end within bounds; `-f` follows the
-live stream with turn boundaries."""
+live stream with turn boundaries, and the hive's messages (cli/hive.py says them)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hyperhive.cli import config_or_exit
 from hyperhive.cli.follow import follow_service
 from hyperhive.cli.operator import RAW_HELP, existing_state, shown
+from hyperhive.cli.which_agent import operator_config
 from hyperhive.control.wire import ControlError, ServiceUnavailable, call
 from hyperhive.errors import HyperhiveError
 from hyperhive.numbers import count
@@ -57,7 +57,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 )
 def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> None:
     """The agent's turns as they happen (readable like `hyperhive turn --render`); a sub-agent's are tagged
-    with its id (`[subagent-3] `).
+    with its id (`[subagent-3] `). In a hive, its messages to and from the other agents too, one line each
+    (`── hive: sent alice.1 to bob`, delivered, received, receipt, refused).
 
     Without -f: the end of the latest transcript (tagged too if it is a sub-agent's), read back from its end
     (never the whole file), at most --lines lines within its last --bytes bytes.
@@ -65,7 +66,7 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
     from hyperhive.runtime.render import render_line, use_color
     from hyperhive.runtime.stream import line_from_dict
 
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     color = use_color(sys.stdout)
     as_shown = shown(raw)
     # JSON escapes C0 itself; C1 controls, bidi overrides and line separators are escaped too unless raw.
@@ -120,6 +121,15 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
         elif kind == "turn_end":
             error = f": {event['error']}" if event.get("error") else ""
             click.echo(as_shown(f"{tag}── turn {event['turn']} {event['outcome']}{error}"))
+        elif kind == "hive":
+            # This agent's messages to and from the others (hive/node.py), with what the store adds to them.
+            from hyperhive.cli.hive import event_details, event_line
+
+            event = {**event, **event_details(config.state.db, event)}
+            click.echo(as_shown(f"── hive: {event_line(event)}"))
+        elif kind == "permission":
+            click.echo(as_shown(f"{tag}── permission: {permission_line(event)}"))
+            headline.refresh()  # "needs you" begins or ends
         elif kind in {"state", "subagent"}:
             # A loop's state changes after its turn's start and end, a sub-agent's row when it works, waits
             # on its task or ends: the headline may have changed. The service's agent's backing off is in it.
@@ -135,7 +145,7 @@ def tail(follow: bool, as_json: bool, raw: bool, count: int, max_bytes: int) -> 
 
 
 class _Headline:
-    """The headline (harness/headline.py) as `tail -f` prints it: `── working: sub-agent 3 in turn 19`, at
+    """The headline (core/headline.py) as `tail -f` prints it: `── working: sub-agent 3 in turn 19`, at
     each subscription and whenever it changes, asked of the service (`status`) after the events that may
     change it. Not with --json."""
 
@@ -160,6 +170,20 @@ class _Headline:
         click.echo(f"── {now}")
         sys.stdout.flush()
         return True
+
+
+def permission_line(event: dict[str, Any]) -> str:
+    """A permission request's news (core/permissions.py's `permission` events), in one line."""
+    ask = f"request {event.get('id')} to use {event.get('tool')}"
+    kind = event.get("kind")
+    if kind == "waiting":
+        left = max(0, int(float(event.get("deadline") or 0) - time.time()))
+        return f"{ask} waits for you ({left} s, then denied): hyperhive permissions allow|deny {event.get('id')}"
+    if kind == "answered":
+        return f"{ask} {event.get('state')}"
+    if kind == "expired":
+        return f"{ask} expired: nobody answered, denied"
+    return f"{ask} withdrawn: its turn ended first"
 
 
 def tagged(tag: str, text: str) -> str:
@@ -204,12 +228,12 @@ def _transcript_agent(config: Config, transcript: Path) -> int | None:
     """Whose transcript it is (a sub-agent's is tagged as `-f` tags it); None when the store cannot say."""
     import sqlite3
 
-    from hyperhive.harness.records import Records
     from hyperhive.store.database import Store
+    from hyperhive.store.turns import TurnTable
 
     try:
         with Store(config.state.db, create=False, write=False) as store:
-            return Records(store).transcript_agent(config.state.transcripts, transcript)
+            return TurnTable(store).transcript_agent(config.state.transcripts, transcript)
     except (HyperhiveError, OSError, sqlite3.Error):
         return None
 

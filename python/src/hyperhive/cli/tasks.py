@@ -13,7 +13,7 @@ import sys
 import anyio
 import click
 
-from hyperhive.cli import config_or_exit
+from hyperhive.cli.which_agent import operator_config
 from hyperhive.config import Config
 from hyperhive.errors import EXIT_FAILED, StoreUnavailable, ToolFailure
 from hyperhive.store.database import Store
@@ -29,7 +29,7 @@ def _store(config: Config, *, write: bool = False) -> Store:
 
 
 def _engine(store: Store) -> TaskEngine:
-    config = config_or_exit()
+    config = operator_config(read_mcp_servers=True)
     # Not entered: show and kill need no task group; they reach other processes' tasks through the store.
     return TaskEngine(TaskTable(store), config.state.tasks, config.workdir)
 
@@ -42,7 +42,7 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
     """List background tasks, newest first (subcommands: show ID, kill ID)."""
     if ctx.invoked_subcommand is not None:
         return
-    config = config_or_exit()
+    config = operator_config(read_mcp_servers=True)
     with _store(config) as store:
         rows = TaskTable(store).recent(limit=limit)
         if as_json:
@@ -61,7 +61,7 @@ def tasks(ctx: click.Context, as_json: bool, limit: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="As JSON.")
 def show(task_id: str, as_json: bool) -> None:
     """A task's full status with the tails of its output."""
-    config = config_or_exit()
+    config = operator_config(read_mcp_servers=True)
     with _store(config) as store:
         engine = _engine(store)
         try:
@@ -78,7 +78,7 @@ def show(task_id: str, as_json: bool) -> None:
 @click.argument("task_id")
 def kill(task_id: str) -> None:
     """Kill a task and everything it started."""
-    config = config_or_exit()
+    config = operator_config(read_mcp_servers=True)
     with _store(config, write=True) as store:
         engine = _engine(store)
         try:

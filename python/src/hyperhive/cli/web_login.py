@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import click
 
-from hyperhive.cli import config_or_exit
 from hyperhive.cli.operator import ask_service
+from hyperhive.cli.which_agent import operator_config
 
 
 @click.command("web-login")
@@ -23,7 +23,7 @@ from hyperhive.cli.operator import ask_service
 )
 def web_login(base: str | None) -> None:
     """Print a one-time link that logs a browser into the web view."""
-    config = config_or_exit(read_mcp_servers=False)
+    config = operator_config()
     answer = ask_service(config, "web_login", "the web view is served by the running service")
     code, url = str(answer["code"]), str(answer["url"])
     if base is not None:

@@ -8,6 +8,7 @@ with the same words (the offline path used to store a 10 MiB body or a 5,000-cha
 - `from`: a name of 1 to 64 characters of ASCII letters, digits and `. _ - @ : / +`. It goes into the
   header of each wake in the agent's prompt and into every line the operator reads: no spaces, line
   breaks, control characters or look-alikes of other letters may come with it.
+- `from` never starts with `agent:`: the hive's messages carry that, and nothing else may pass for them.
 - `request_id`: optional, 1 to 200 printable ASCII characters (no spaces).
 
 Standard library only, as the rest of control/.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hyperhive.addresses import WAKE_PREFIX as AGENT_PREFIX
 from hyperhive.errors import HyperhiveError
 
 OPERATOR = "operator"
@@ -73,6 +75,12 @@ def _check_source(source: object) -> str:
     if bad is not None:
         raise BadSend(
             f"`from` must be a name of 1 to {MAX_SOURCE} {SOURCE_CHARS}; it holds {_describe(bad.group())}",
+            field="from",
+        )
+    if source.startswith(AGENT_PREFIX):
+        raise BadSend(
+            f"`from` may not start with {AGENT_PREFIX!r}: that names another agent of the hive, whose messages"
+            " come only through the hive (docs/hive.md)",
             field="from",
         )
     return source

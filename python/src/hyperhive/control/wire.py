@@ -1,6 +1,6 @@
 """The control socket's wire, defined once: names, bounds, errors, the answer's shape, a blocking client.
 
-The async server and client (harness/control.py, for the service and the operator CLI) and the per-turn
+The async server and client (service/control.py, for the service and the operator CLI) and the per-turn
 forwarding bash server (bash_mcp/forward.py) both use it. The forwarding server is spawned for every agent
 turn and must answer `tools/list` within 100 ms, so this module is standard library only (no anyio, no
 asyncio, not even pathlib or typing at run time); its client makes blocking calls, one thread each.
@@ -18,7 +18,7 @@ Past the wait, a request that was sent raises `NoAnswer` (it may still take effe
 even be sent `ServiceUnavailable`; both messages name the socket and the wait.
 
 A service that already serves as many requests as it takes at once answers `busy` before it runs the
-request (harness/connections.py). `call` asks again, backing off (jittered, exponential), within the same
+request (service/connections.py). `call` asks again, backing off (jittered, exponential), within the same
 wait, for the ops that a repeat cannot do twice (`retries_busy`): under a burst from other local clients
 `hyperhive send` used to give up at once (issue 23). Past the wait it raises the last `busy`, saying how
 long and how often it asked.

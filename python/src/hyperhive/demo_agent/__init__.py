@@ -14,11 +14,22 @@ format"), each line of its text after `| `; a prompt without headers is one oper
   background task"` (or the text after `run: `; `run <N>s: <cmd>` waits up to N s for it);
   `remind <N>s: <text>` calls `mcp__hyperhive__remind` instead; `delegate: <task>` calls
   `mcp__hyperhive__subagent_start` with the task and `wait_seconds: 0` (`delegate to <profile>: <task>`,
-  with that profile);
-- from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>";
+  with that profile); `ask <name>: <order>` calls `mcp__hyperhive__message` (docs/hive.md) with
+  `{"to": name, "body": order}` (`ask <name>@<host>:` for an agent of another host, docs/hive-hosts.md);
+- from `agent:<sender>` (a message of another agent of the host, hive/node.py's `wake_body`): one that
+  answers ours (`answering your <id>`) is passed on with `mcp__hyperhive__reply`, "<sender> answered <id>:
+  <its text's first line>"; a `run: <cmd>` order runs in the background as above, its command marked with
+  whom its end answers (`<cmd>  # answer <id>`, a shell comment); anything else is answered at once with
+  `mcp__hyperhive__message` `{"to": sender, "reply_to": id, "body": "Done with: <text>"}`;
+- from `bash-task-<id>`: `mcp__hyperhive__reply` with "Task <id> finished: <its last stdout line>", or,
+  when its command is marked `# answer <name>.<n>`, `mcp__hyperhive__message` with that to `<name>`,
+  `reply_to` `<name>.<n>` (also at once, should such a task end within the `run` call);
 - from `timer`: `mcp__hyperhive__reply` with "Reminder: <body>";
 - from `subagent-<id>`: `mcp__hyperhive__reply` with "Sub-agent <id> answered: <the answer's first line>";
 - from anyone else: a sentence saying it was noted.
+
+With `--ask` it asks the client's permission (`session/request_permission`, allow once or reject) before
+each bash tool call, and says so instead of calling it when it is not allowed (docs/permissions.md).
 
 It runs as a sub-agent when the bash server it is given (session/new, session/load) has `HIVE_AGENT_ID` in
 its env: decided per session, from that list alone. A sub-agent has no operator and must not `reply` (the

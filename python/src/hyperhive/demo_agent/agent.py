@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from acp.schema import (
     ListSessionsResponse,
     McpCapabilities,
     McpServerStdio,
+    PermissionOption,
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
@@ -42,12 +44,23 @@ from acp.schema import (
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     ToolCallStatus,
+    ToolCallUpdate,
     UsageUpdate,
 )
 
 from hyperhive import __version__
 from hyperhive.demo_agent.mcp_call import AnyMcpServer, McpGaveUp, McpUnavailable, ToolOutcome, call_mcp_tool
-from hyperhive.demo_agent.plan import BASH, ContentBlock, ToolStep, Wake, parse_wakes, plan_wake, prompt_text
+from hyperhive.demo_agent.plan import (
+    BASH,
+    ContentBlock,
+    Plan,
+    ToolStep,
+    Wake,
+    answer_at_once,
+    parse_wakes,
+    plan_wake,
+    prompt_text,
+)
 
 log = logging.getLogger("hyperhive.demo_agent")
 
@@ -80,9 +93,13 @@ class Session:
 
 
 class DemoAgent(Agent):
-    def __init__(self, *, mcp_timeout: float = MCP_TIMEOUT) -> None:
+    """`ask`: ask the client's permission (`session/request_permission`) before each bash tool call, as a
+    careful agent does (docs/permissions.md: the `ask` policy holds it for the operator)."""
+
+    def __init__(self, *, mcp_timeout: float = MCP_TIMEOUT, ask: bool = False) -> None:
         self.conn: Client
         self.mcp_timeout = mcp_timeout
+        self.ask = ask
         self.sessions: dict[str, Session] = {}
         self._ids = itertools.count(1)
 
@@ -219,14 +236,34 @@ class DemoAgent(Agent):
         await self.conn.session_update(session_id, chunk)
 
     async def _answer(self, session_id: str, session: Session, wake: Wake, cancel: anyio.Event) -> None:
-        plan = plan_wake(wake, subagent=session.subagent)
+        await self._carry_out(session_id, session, plan_wake(wake, subagent=session.subagent), cancel)
+
+    async def _carry_out(self, session_id: str, session: Session, plan: Plan, cancel: anyio.Event) -> None:
         await self._say(session_id, plan.before)
         if plan.tool is None:
             return
         outcome = await self._call(session_id, session, plan.tool, cancel)
-        if outcome is not None and plan.after:
+        if outcome is None:
+            return
+        if plan.after:
             first_line = outcome.text.strip().splitlines()[0] if outcome.text.strip() else "no answer text"
             await self._say(session_id, plan.after.format(result=first_line))
+        # A task started for another agent that ended within the call: no wake will tell of it, so answer now.
+        then = answer_at_once(plan, outcome.text)
+        if then is not None and not cancel.is_set():
+            await self._carry_out(session_id, session, then, cancel)
+
+    async def _allowed(self, session_id: str, call_id: str, title: str, step: ToolStep) -> bool:
+        """The client's answer to a permission request for this call (allow once, or not)."""
+        answer = await self.conn.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=step.kind, raw_input=step.arguments),
+            options=[
+                PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+                PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+            ],
+        )
+        return getattr(answer.outcome, "option_id", None) == "allow"
 
     async def _call(self, session_id: str, session: Session, step: ToolStep, cancel: anyio.Event) -> ToolOutcome | None:
         """Call a tool, reported to the client as an ACP tool call; None (having said why) when it failed."""
@@ -237,6 +274,13 @@ class DemoAgent(Agent):
         await send(
             session_id, start_tool_call(call_id, title, kind=step.kind, status="pending", raw_input=step.arguments)
         )
+        if self.ask and step.server == BASH and not await self._allowed(session_id, call_id, title, step):
+            refused = f"The operator did not allow {title} {json.dumps(step.arguments)}; I did not run it."
+            await send(
+                session_id, update_tool_call(call_id, status="failed", content=[tool_content(text_block(refused))])
+            )
+            await self._say(session_id, refused)
+            return None
         await send(session_id, update_tool_call(call_id, status="in_progress"))
         server = session.mcp_servers.get(step.server)
         try:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from acp.schema import (
@@ -29,10 +29,24 @@ _REMIND = re.compile(r"remind\s+(\d+(?:\.\d+)?)\s*s\s*:\s*(.*)", re.DOTALL | re.
 _RUN = re.compile(r"run(?:\s+(\d+(?:\.\d+)?)\s*s)?\s*:\s*(.*)", re.DOTALL | re.IGNORECASE)
 # `delegate: <task>`, or `delegate to <profile>: <task>` for a sub-agent of that profile.
 _DELEGATE = re.compile(r"delegate(?:\s+to\s+([a-z][a-z0-9-]*))?:\s*(.*)", re.DOTALL | re.IGNORECASE)
-# A sub-agent's first wake is the harness's preamble, then this line, then the task (harness/subagents.py).
+# A sub-agent's first wake is the harness's preamble, then this line, then the task (core/subagents.py).
 _TASK_LINE = re.compile(r"^The task:[ \t]*$", re.MULTILINE)
 SUBAGENT_PREFIX = "subagent-"
 TASK_PREFIX = "bash-task-"
+# The hive (docs/hive.md): `ask <name>: <order>` writes to another agent of the host (`ask <name>@<host>:`
+# to one of another host, docs/hive-hosts.md); its messages come as wakes from `agent:<sender>` (hive/node.py,
+# `wake_body`): a first line naming the message, its text, and a last line saying how to answer it.
+AGENT_PREFIX = "agent:"
+_NAME = r"[a-z][a-z0-9-]{0,31}"
+_ADDRESS = rf"{_NAME}(?:@{_NAME})?"
+_ASK = re.compile(rf"(?i:ask)\s+({_ADDRESS})\s*:\s*(.*)", re.DOTALL)
+_MESSAGE_LINE = re.compile(r"message (\S+) from agent (\S+) \((.*)\):\s*")
+_ANSWERING = re.compile(r"\banswering your (\S+?)(?:,|$)")
+_HOW_TO_ANSWER = "[answer with "
+# A task started for another agent's order carries whom to answer at the end of its command (`# answer
+# alice.3`, `# answer alice@build.3`); its end's wake quotes the command on its first line.
+_ANSWER_MARK = re.compile(rf"#\s*answer\s+({_ADDRESS})\.([1-9][0-9]{{0,17}})\s*$")
+_FINISHED = re.compile(r"id=(\d+) ")
 
 ContentBlock = (
     TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock
@@ -55,11 +69,25 @@ class ToolStep:
 
 @dataclass(frozen=True)
 class Plan:
-    """One wake's answer: say `before`, call `tool` (if any), then say `after` (with `{result}` filled in)."""
+    """One wake's answer: say `before`, call `tool` (if any), then say `after` (with `{result}` filled in).
+
+    `answers`: the id of another agent's message that the task this starts answers at its end; should the
+    task end within the `run` call (no wake then tells of it), `answer_at_once` answers from its result."""
 
     before: str
     tool: ToolStep | None = None
     after: str = ""
+    answers: str | None = None
+
+
+@dataclass(frozen=True)
+class HiveMessage:
+    """A message from another agent, as its wake shows it."""
+
+    id: str
+    sender: str
+    text: str
+    answering: str | None  # the id of our message it answers
 
 
 def parse_wakes(prompt: str) -> list[Wake]:
@@ -109,9 +137,14 @@ def plan_wake(wake: Wake, *, subagent: bool = False) -> Plan:
         return _order(body)
     if source in ("parent", "operator") and subagent:  # the operator may message a sub-agent (the web view)
         return _task(task_of(body))
+    if source.startswith(AGENT_PREFIX) and not subagent and (message := parse_message(body)) is not None:
+        return _from_agent(message)
     if source.startswith(TASK_PREFIX):
         task = source.removeprefix(TASK_PREFIX)
-        return _tell(f"Task {task} finished: {last_output_line(body)}", f"Task {task} has ended", subagent)
+        news = f"Task {task} finished: {last_output_line(body)}"
+        if not subagent and (answers := answer_mark(body)) is not None:
+            return _answer(answers, news, f"Task {task} has ended")
+        return _tell(news, f"Task {task} has ended", subagent)
     if source == "timer":
         return _tell(f"Reminder: {body}", "A reminder is due", subagent)
     if source.startswith(SUBAGENT_PREFIX):
@@ -121,7 +154,15 @@ def plan_wake(wake: Wake, *, subagent: bool = False) -> Plan:
 
 
 def _order(body: str) -> Plan:
-    """The operator's message to the service's agent: delegate, remind, or run a background task."""
+    """The operator's message to the service's agent: ask another agent, delegate, remind, or run a
+    background task."""
+    if ask := _ASK.fullmatch(body):
+        name, order = ask.group(1), ask.group(2).strip() or "(no text)"
+        return Plan(
+            f"Asking agent {name}: {_shown(order)}",
+            ToolStep(HYPERHIVE, "message", {"to": name, "body": order}),
+            "Sent ({result}); its answer will wake me.",
+        )
     if delegate := _DELEGATE.fullmatch(body):
         return _delegate(delegate.group(2).strip(), delegate.group(1))
     if remind := _REMIND.fullmatch(body):
@@ -138,6 +179,97 @@ def _order(body: str) -> Plan:
     )
 
 
+def parse_message(body: str) -> HiveMessage | None:
+    """The message a wake from another agent carries (None: the body is not one, as hive/node.py writes)."""
+    lines = body.splitlines()
+    head = _MESSAGE_LINE.fullmatch(lines[0]) if lines else None
+    if head is None:
+        return None
+    text = lines[1:]
+    for i in range(len(text) - 1, -1, -1):  # its last `[answer with ...]` line, which ends every such wake
+        if text[i].startswith(_HOW_TO_ANSWER):
+            text = text[:i]
+            break
+    answering = _ANSWERING.search(head.group(3))
+    return HiveMessage(head.group(1), head.group(2), "\n".join(text).strip(), answering and answering.group(1))
+
+
+def answer_mark(body: str) -> str | None:
+    """The message id a task's end answers: marked at the end of its command (`# answer alice.3`), which the
+    wake quotes before its output (`task 3 done (exit code 0): <cmd>`, then `last stdout lines ...`)."""
+    for line in body.splitlines():
+        if line.startswith(("last stdout lines", "mcp__bash__status")):
+            break
+        if found := _ANSWER_MARK.search(line):
+            return f"{found.group(1)}.{found.group(2)}"
+    return None
+
+
+def marked(cmd: str, answers: str) -> str:
+    """`cmd`, marked to say that its end answers message `answers` (a shell comment: it runs the same)."""
+    return f"{cmd}  # answer {answers}"
+
+
+def _from_agent(message: HiveMessage) -> Plan:
+    """Another agent's message: an answer to ours goes to the operator; a `run:` order runs in the
+    background, answered at its end; anything else is answered at once."""
+    if message.answering is not None:
+        news = f"{message.sender} answered {message.answering}: {first_line(message.text)}"
+        return Plan(
+            f"Agent {message.sender} has answered; telling the operator.", ToolStep(HYPERHIVE, "reply", {"body": news})
+        )
+    if run := _RUN.fullmatch(message.text):
+        step = _run_step(run)
+        step = replace(step, arguments={**step.arguments, "cmd": marked(step.arguments["cmd"], message.id)})
+        return Plan(
+            f"Agent {message.sender} asks me to run a command; running it in the background, to answer at its end.",
+            step,
+            "It runs ({result}).",
+            answers=message.id,
+        )
+    return _answer(message.id, f"Done with: {_shown(message.text)}", f"Agent {message.sender} wrote to me")
+
+
+def _answer(message_id: str, body: str, what: str) -> Plan:
+    """Answer another agent's message `message_id` (its sender is its id's prefix)."""
+    to = message_id.rpartition(".")[0]
+    return Plan(
+        f"{what}; answering {to}.",
+        ToolStep(HYPERHIVE, "message", {"to": to, "reply_to": message_id, "body": body}),
+        "Answered ({result}).",
+    )
+
+
+def answer_at_once(plan: Plan, result: str) -> Plan | None:
+    """When the task `plan` started for another agent ended within the `run` call (its result is the task's
+    status, not `task started: ...`), the answer its end's wake would have made; None otherwise."""
+    if plan.answers is None or result.startswith("task started"):
+        return None
+    found = _FINISHED.match(result)
+    task = found.group(1) if found else "?"
+    # format_view: `id=N done (exit code 0) 0.01s: <cmd>`, then `stdout (N bytes):` and the tail, then stderr.
+    lines = result.splitlines()
+    output = _section(lines, "stdout (")
+    last = output[-1].strip() if output else (lines[0].strip() if lines else "(no output)")
+    return _answer(plan.answers, f"Task {task} finished: {last}", f"Task {task} has ended already")
+
+
+def _section(lines: list[str], head: str) -> list[str]:
+    """The non-blank lines after the line starting with `head`, up to the `stderr` line."""
+    for i, line in enumerate(lines):
+        if line.startswith(head):
+            rest = lines[i + 1 :]
+            end = next((j for j, x in enumerate(rest) if x.startswith("stderr")), len(rest))
+            return [x for x in rest[:end] if x.strip()]
+    return []
+
+
+def _shown(text: str) -> str:
+    """Text on one line, bounded."""
+    named = " ".join(text.split()) or "(nothing)"
+    return named if len(named) <= 200 else named[:199] + "…"
+
+
 def _task(task: str) -> Plan:
     """A sub-agent's task from its parent: run a command, delegate further, or answer at once."""
     if run := _RUN.fullmatch(task):
@@ -148,8 +280,7 @@ def _task(task: str) -> Plan:
         )
     if delegate := _DELEGATE.fullmatch(task):
         return _delegate(delegate.group(2).strip(), delegate.group(1))
-    named = " ".join(task.split()) or "(nothing)"
-    return Plan(f"Done with the task: {named if len(named) <= 200 else named[:199] + '…'}")
+    return Plan(f"Done with the task: {_shown(task)}")
 
 
 def _run_step(run: re.Match[str] | None) -> ToolStep:

@@ -11,13 +11,16 @@ from hyperhive.runtime.base import ListSink, Runtime, Sink, TeeSink
 
 if TYPE_CHECKING:
     from hyperhive.config import Config
+    from hyperhive.runtime.permissions import PermissionAsker
     from hyperhive.runtime.sessions import Sessions
 
 __all__ = ["ListSink", "Runtime", "Sink", "TeeSink", "make_runtime"]
 
 
-def make_runtime(config: Config, sessions: Sessions) -> Runtime:
-    """The backend `config.runtime` names, keeping its session in `sessions`."""
+def make_runtime(config: Config, sessions: Sessions, asker: PermissionAsker | None = None) -> Runtime:
+    """The backend `config.runtime` names, keeping its session in `sessions`; under the `ask` permission
+    policy its agent's permission requests go to `asker` (the service's desk, for this agent)."""
+    asker = asker if config.asks else None
     if config.runtime == "acp":
         from hyperhive.runtime.acp import AcpRuntime
 
@@ -26,7 +29,8 @@ def make_runtime(config: Config, sessions: Sessions) -> Runtime:
             sessions,
             permission_policy=config.acp_permission_policy,
             start_timeout=config.acp_start_timeout,
+            asker=asker,
         )
     from hyperhive.runtime.claude import ClaudeRuntime
 
-    return ClaudeRuntime(config, sessions)
+    return ClaudeRuntime(config, sessions, holds=asker.clock if asker is not None else None)

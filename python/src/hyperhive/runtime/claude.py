@@ -28,12 +28,17 @@ from hyperhive.runtime.errors import (
     ProtocolError,
     TurnError,
 )
+from hyperhive.runtime.permissions import ANSWER_MARGIN, HoldClock, held_answer_within
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, parse_line
 from hyperhive.statedir.directory import make_dirs
 from hyperhive.statedir.files import write_file
 
 log = logging.getLogger("hyperhive.runtime.claude")
+
+# hyperhive's own MCP server (`hyperhive`) serves it under the `ask` policy (service/permission_tools.py).
+PERMISSION_SERVER = "hyperhive"
+PERMISSION_PROMPT_TOOL = f"mcp__{PERMISSION_SERVER}__permission_prompt"
 
 
 @dataclass
@@ -72,8 +77,12 @@ class ClaudeRuntime:
         *,
         kill_grace: float = KILL_GRACE,
         leftover_grace: float = LEFTOVER_GRACE,
+        holds: HoldClock | None = None,
     ) -> None:
         self.config = config
+        # Under the `ask` policy: claude asks through hyperhive's permission prompt tool, whose waits for
+        # the operator hold the idle watchdog (`holds`, the desk's for this agent).
+        self.holds = holds
         self.sessions = sessions
         self.kill_grace = kill_grace
         self.leftover_grace = leftover_grace
@@ -134,12 +143,22 @@ class ClaudeRuntime:
         allowed = self.config.agent_mcp_servers().allowed_tool_names()
         if allowed:
             args += ["--allowedTools", *allowed]
+        if self.holds is not None:
+            args += ["--permission-prompt-tool", PERMISSION_PROMPT_TOOL]
         # The variadic tool flags would swallow the prompt: it goes after `--`.
         return [*args, "--disallowedTools", "Bash", *self.config.claude_args, "--", prompt]
 
     def write_mcp_config(self) -> Path:
         """Write the `--mcp-config` file (0600: HTTP servers carry bearer tokens), atomically."""
         doc = self.config.agent_mcp_servers().claude_config()
+        server = doc["mcpServers"].get(PERMISSION_SERVER)
+        if self.holds is not None and server is not None:
+            # claude (2.1.197) cuts a request to an HTTP MCP server at 60 s unless the server's entry says
+            # otherwise (`timeout`, in ms; older versions ignore it and do not cut): its permission prompt
+            # is held as long as the operator takes, up to the desk's timeout. A margin longer than
+            # hyperhive's server allows the answer, so the server's answer (or its refusal) comes first.
+            wait = held_answer_within(self.config.permission_timeout) + ANSWER_MARGIN
+            server["timeout"] = round(wait * 1000)
         path = self.config.claude_mcp_config
         make_dirs(path.parent, root=self.config.state_dir)
         write_file(path, json.dumps(doc, indent=2))
@@ -161,7 +180,12 @@ class ClaudeRuntime:
             # Shielded: a cancellation landing just after the spawn would leave a process nobody owns.
             with anyio.CancelScope(shield=True):
                 proc = await ClaudeProcess.start(
-                    argv, self.config.workdir, log, kill_grace=self.kill_grace, leftover_grace=self.leftover_grace
+                    argv,
+                    self.config.workdir,
+                    log,
+                    env=self.config.child_env(),
+                    kill_grace=self.kill_grace,
+                    leftover_grace=self.leftover_grace,
                 )
         except OSError as exc:
             why = f"cannot start it: {exc.strerror or exc}; HIVE_CLAUDE_COMMAND names the claude executable"
@@ -203,6 +227,9 @@ class ClaudeRuntime:
             try:
                 raw = await proc.next_line(self.config.idle_timeout)
             except TimeoutError:
+                # Silent while its permission prompt waits for the operator (or just after): not idle.
+                if self.holds is not None and self.holds.idle_left(self.config.idle_timeout) > 0:
+                    continue
                 await proc.kill()
                 if turn.interrupted:
                     break

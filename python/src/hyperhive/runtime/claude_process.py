@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -58,15 +58,17 @@ class ClaudeProcess:
         cwd: Path,
         logger: logging.Logger,
         *,
+        env: Mapping[str, str] | None = None,
         kill_grace: float = KILL_GRACE,
         leftover_grace: float = LEFTOVER_GRACE,
     ) -> ClaudeProcess:
         """Spawn; `OSError` (missing or non-executable command) propagates for the caller to explain.
         `kill_grace`: between TERM and KILL; `leftover_grace`: how long what claude left in its group may
-        live on after it exited, before that ladder."""
+        live on after it exited, before that ladder. `env`: claude's whole environment (None: ours)."""
         child = Child.spawn(
             argv,
             cwd=cwd,
+            env=env,
             stdin="devnull",
             stdout="pipe",
             stderr="pipe",

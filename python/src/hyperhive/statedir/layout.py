@@ -4,7 +4,7 @@
                                     server, `turn`); refused when others can write it or it is another uid's
       hyperhive.db            0600  the store (store/database.py); SQLite gives -wal and -shm its mode
       harness.lock            0600  the service's pid; the lock itself is flock on <state>/ (control/lock.py)
-      harness.sock            0600  the control socket (harness/control.py)
+      harness.sock            0600  the control socket (service/control.py)
       token                   0600  the bearer token of hyperhive's HTTP tools, kept across restarts
       http.json               0600  where those tools are served, while they are
       claude-mcp.json         0600  claude's `--mcp-config` (it carries that token)

@@ -6,6 +6,11 @@
     tasks.py      the `tasks` table (TaskTable), written by the task engine and `hyperhive tasks`
     wakes.py      the `wakes` table (WakeTable): every read and write of it
     sessions.py   the `sessions` table (SessionTable): the agent session each runtime resumes
+    subagents.py  the `subagents` table (SubagentTable)
+    turns.py      the `turns` table (TurnTable) and the transactions a turn's start and end make across
+                  tables (wakes delivered, set aside with their notice, a sub-agent's report)
+    outbox.py     the `outbox` table (OutboxTable): what the operator reads
+    tables.py     Tables: every table on one connection, as one agent sees them
 
-Each table has one module that writes it; the harness's own tables (turns, outbox) are harness/records.py's.
+Each table has one module that writes it.
 """

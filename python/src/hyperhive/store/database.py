@@ -8,8 +8,8 @@ version and moves forward only (store/schema.py), one migration at a time, insid
 power loss can drop the last commits. That is the durability a restart needs, without an fsync per write.
 
 This module opens the database and keeps the connection; each table's queries live in a module of their
-own, the only one that writes it (store/tasks.py, store/wakes.py, store/sessions.py; the harness's turns
-and outbox in harness/records.py). The state is private (wake bodies carry task output): the directory
+own, the only one that writes it (store/tasks.py, store/wakes.py, store/sessions.py, store/subagents.py,
+store/turns.py, store/outbox.py). The state is private (wake bodies carry task output): the directory
 and the database's files get their modes from statedir/. A connection may be used from any thread,
 one thread at a time (the service keeps its store calls on worker threads, so that a busy wait never
 stalls the event loop).
@@ -250,6 +250,22 @@ class Store:
                 with suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
             raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction (`BEGIN DEFERRED`): every read inside it sees the database as of its first, whatever
+        other processes commit meanwhile (WAL), and takes no write lock. Inside a transaction already open on
+        this connection, it joins that one."""
+        if self._db.in_transaction:
+            yield self._db
+            return
+        self._db.execute("BEGIN DEFERRED")
+        try:
+            yield self._db
+        finally:
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("COMMIT")
 
     def _migrate(self) -> None:
         (version,) = self._db.execute("PRAGMA user_version").fetchall()[0]

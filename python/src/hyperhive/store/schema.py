@@ -126,6 +126,95 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX subagents_parent ON subagents(parent, state);
     """,
+    # 7: the hive (docs/hive.md). `hive_sent`: the messages this agent wrote to other agents, each queued
+    # until the recipient's service stored it (`delivered`), then told how the recipient's turn that read it
+    # ended (`answered` or `failed`, from its receipt), or `refused` by the recipient. `hive_received`: the
+    # ledger of messages this agent was given, one row per message id (a redelivery finds it and stores
+    # nothing again), with the wake that carries it, how the turn that read it ended, and when the receipt
+    # saying so reached its sender.
+    """
+    CREATE TABLE hive_sent (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id TEXT NOT NULL UNIQUE,
+        recipient TEXT NOT NULL,
+        reply_to TEXT,
+        conversation TEXT NOT NULL,
+        hop INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        turn_id INTEGER,
+        created_at REAL NOT NULL,
+        state TEXT NOT NULL,
+        delivered_at REAL,
+        ended_at REAL,
+        reader_turn INTEGER,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_try REAL NOT NULL
+    );
+    CREATE INDEX hive_sent_due ON hive_sent(state, next_try);
+    CREATE INDEX hive_sent_recipient ON hive_sent(recipient, created_at);
+    CREATE TABLE hive_received (
+        message_id TEXT PRIMARY KEY,
+        sender TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        hop INTEGER NOT NULL,
+        reply_to TEXT,
+        wake_id INTEGER NOT NULL,
+        received_at REAL NOT NULL,
+        outcome TEXT,
+        turn_id INTEGER,
+        ended_at REAL,
+        receipt_at REAL,
+        receipt_attempts INTEGER NOT NULL DEFAULT 0,
+        receipt_next_try REAL
+    );
+    CREATE INDEX hive_received_wake ON hive_received(wake_id);
+    CREATE INDEX hive_received_receipts ON hive_received(receipt_at, receipt_next_try);
+    CREATE INDEX hive_received_sender ON hive_received(sender, received_at);
+    """,
+    # 8: permission requests held for the operator (the `ask` policy; store/permissions.py): each request
+    # with its state (waiting, allowed, denied, expired, withdrawn), who answered and when, and when the
+    # asking agent was given the answer (`delivered_at`: a re-run turn that asks the same again before
+    # then is given the stored answer); and the "always" rules an operator set, revocable.
+    """
+    CREATE TABLE permission_requests (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent INTEGER NOT NULL,
+        turn_id INTEGER,
+        tool TEXT NOT NULL,
+        title TEXT NOT NULL,
+        input TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        deadline REAL NOT NULL,
+        state TEXT NOT NULL,
+        always INTEGER NOT NULL DEFAULT 0,
+        reason TEXT,
+        answered_by TEXT,
+        answered_at REAL,
+        delivered_at REAL
+    );
+    CREATE INDEX permission_requests_open ON permission_requests(state, deadline);
+    CREATE INDEX permission_requests_asked ON permission_requests(fingerprint, delivered_at);
+    CREATE TABLE permission_rules (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tool TEXT NOT NULL,
+        request_id INTEGER,
+        created_at REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        revoked_at REAL
+    );
+    CREATE INDEX permission_rules_tool ON permission_rules(tool, revoked_at);
+    """,
+    # 9: the tokens a turn used, where its runtime told them (claude's `result.usage`, ACP's prompt usage):
+    # what the metrics count besides the cost; and the index a scrape reads the turns' figures from
+    # (store/metrics.py: one pass grouped by agent and outcome), narrow where a turn's row is wide (its
+    # result's text), so that a scrape's cost grows with the number of turns as little as it can.
+    """
+    ALTER TABLE turns ADD COLUMN input_tokens INTEGER;
+    ALTER TABLE turns ADD COLUMN output_tokens INTEGER;
+    CREATE INDEX turns_figures ON turns(agent, outcome, duration_ms, cost_usd, input_tokens, output_tokens);
+    """,
 )
 # Every table a migration creates (and SQLite's own for AUTOINCREMENT), read from the migrations so the
 # list cannot fall behind them: a version-0 database holding any other table is not ours.

@@ -1,7 +1,7 @@
 """The `subagents` table: one row per sub-agent an agent started, and the one module that writes it.
 
 A sub-agent is its own session of its own agent process, driven turn after turn like the service's agent
-(harness/subagents.py). Its row says who started it (`parent`: 0 for the service's own agent), how deep it
+(core/subagents.py). Its row says who started it (`parent`: 0 for the service's own agent), how deep it
 is, which profile runs it and where, and where it stands:
 
     working ─ its turn ends answered, nothing of its own pending ─▶ idle ─ a message, or a wake of its own ─▶ working
@@ -15,7 +15,7 @@ A sub-agent in a turn is working, whatever woke it (`turn_begun`).
 
 Every change is written together with what follows from it, in one transaction: a sub-agent and the wake
 that carries its task; a turn's end and the wake that tells the parent (inside the turn's own transaction,
-harness/records.py), so an answer reaches its parent once, never lost and never twice. A failed turn is not
+store/turns.py), so an answer reaches its parent once, never lost and never twice. A failed turn is not
 carried again behind the parent's back: its wakes are set aside with the report that tells the parent. A turn
 cut short by the service's death tells nothing and is carried again after the restart, as the service's own
 agent's are; when that has happened too often (`gave_up`), the sub-agent has failed and its parent is told.
@@ -332,6 +332,17 @@ class SubagentTable:
         """The newest `limit` sub-agents of every parent, newest first."""
         rows = self.store.db.execute(f"SELECT {_COLUMNS} FROM subagents ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [_row(r) for r in rows]
+
+    def subtree_costs(self) -> dict[int, float | None]:
+        """Each sub-agent's cost with its descendants' (its subtree: it, its sub-agents, theirs...), by id; None
+        where no turn of the subtree told a cost. One recursive query over every sub-agent, ended ones too."""
+        rows = self.store.db.execute(
+            "WITH RECURSIVE below(root, id, cost) AS ("
+            " SELECT id, id, cost_usd FROM subagents"
+            " UNION ALL SELECT below.root, s.id, s.cost_usd FROM subagents AS s JOIN below ON s.parent = below.id"
+            ") SELECT root, SUM(cost) FROM below GROUP BY root"
+        ).fetchall()
+        return {int(root): None if cost is None else float(cost) for root, cost in rows}
 
     def working(self, parent: int) -> int:
         """How many of `parent`'s sub-agents are working (the concurrency limit counts these)."""

@@ -53,6 +53,8 @@ _WAITING = "delivered_at IS NULL AND set_aside_at IS NULL AND cancelled_at IS NU
 
 
 MAIN_AGENT = 0
+# The source of a reminder the agent set (`remind`): a wake due later.
+TIMER = "timer"
 
 
 class WakeTable:
@@ -135,6 +137,14 @@ class WakeTable:
         )
         return cur.rowcount == 1
 
+    def remind(self, after_secs: float, body: str) -> WakeRow:
+        """A reminder: a timer wake due in `after_secs`."""
+        return self.add(TIMER, body, not_before=time.time() + after_secs)
+
+    def cancel_reminder(self, wake_id: int) -> bool:
+        """Cancel a reminder that has not been delivered yet; False when there is no such reminder."""
+        return self.cancel(wake_id, TIMER)
+
     def cancel_all(self, reason: str) -> int:
         """Set aside every wake still owed to this agent, saying why (a sub-agent cancelled or ended)."""
         cur = self.store.db.execute(
@@ -150,6 +160,16 @@ class WakeTable:
         if row is None:
             raise KeyError(wake_id)
         return WakeRow(*row)
+
+    def get_many(self, wake_ids: Sequence[int]) -> list[WakeRow]:
+        """These wakes, whoever they are owed to, in the order asked (one missing is left out)."""
+        found = []
+        for wake_id in wake_ids:
+            try:
+                found.append(self.get(wake_id))
+            except KeyError:
+                continue
+        return found
 
     def waiting(self, *, now: float | None = None, limit: int = -1) -> list[WakeRow]:
         """Wakes owed a turn whose time has come, oldest first; at most `limit` of them (-1: all). The limit
@@ -168,6 +188,10 @@ class WakeTable:
             (self.agent, source),
         ).fetchall()
         return [WakeRow(*r) for r in rows]
+
+    def reminders(self) -> list[WakeRow]:
+        """Timer wakes not yet delivered or cancelled, soonest first."""
+        return self.waiting_from(TIMER)
 
     def created_between(self, source: str, start: float, end: float, *, limit: int) -> tuple[list[WakeRow], int]:
         """The first `limit` wakes from `source` created in [start, end], oldest first, and how many there are

@@ -3,7 +3,7 @@ of them (names, descriptions, input schemas, the server instructions), their arg
 their handlers over a task engine, and how their results read.
 
 Both bash servers serve them: the standalone one (bash_mcp/server.py) over an engine in its own process,
-and the harness service (harness/service.py, op `tool`) over its engine, for the per-turn forwarding
+and the harness service (service/service.py, op `tool`) over its engine, for the per-turn forwarding
 server (bash_mcp/forward.py), which lists these same declarations and forwards every call. That server must
 answer `tools/list` within 100 ms of its spawn, so this module imports only the standard library's cheap
 parts at run time (bash_mcp/protocol.py says why): the engine is a type here, and how a task is shown

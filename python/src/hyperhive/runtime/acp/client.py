@@ -9,9 +9,10 @@ requests get "method not found".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
+import anyio
 from acp import Client, RequestError
 from acp.interfaces import Agent
 from acp.schema import (
@@ -32,21 +33,26 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from hyperhive.runtime.acp.gate import UpdateGate
 from hyperhive.runtime.acp.translate import SessionUpdate
+from hyperhive.runtime.permissions import PermissionAnswer, PermissionAsker
 
 logger = logging.getLogger("hyperhive.runtime.acp")
+_CANCELLED = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 
-PermissionPolicy = Literal["allow", "deny"]
+PermissionPolicy = Literal["allow", "deny", "ask"]
+Answer = Literal["allow", "deny"]
 
-# Preference order of option kinds for each policy: the narrowest grant (or refusal) first.
+# Preference order of option kinds for each answer: the narrowest grant (or refusal) first. An operator's
+# "always" is hyperhive's own rule (store/permissions.py), revocable there: the agent is allowed once.
 _PREFERENCE: dict[str, tuple[str, ...]] = {
     "allow": ("allow_once", "allow_always"),
     "deny": ("reject_once", "reject_always"),
 }
 
 
-def choose_option(options: Sequence[PermissionOption], policy: PermissionPolicy) -> PermissionOption | None:
-    """The option the policy picks: allow_once, else allow_always, else any allow* (reject_* for deny)."""
+def choose_option(options: Sequence[PermissionOption], policy: Answer) -> PermissionOption | None:
+    """The option an answer picks: allow_once, else allow_always, else any allow* (reject_* for deny)."""
     for kind in _PREFERENCE[policy]:
         for option in options:
             if option.kind == kind:
@@ -56,32 +62,69 @@ def choose_option(options: Sequence[PermissionOption], policy: PermissionPolicy)
 
 
 class HiveClient(Client):
-    """Answers the agent's requests: permissions by policy, everything else refused.
+    """Answers the agent's requests: permissions by policy (or, under `ask`, by the operator through
+    `asker`), everything else refused.
 
-    `is_cancelling` says whether the turn in flight is being cancelled: the protocol then requires every
-    permission request to be answered `cancelled`.
+    `gate` says whether the turn in flight is being cancelled (the protocol then requires every permission
+    request to be answered `cancelled`, one held for the operator too), and holds that turn's idle watchdog
+    while a request waits for a human.
     """
 
-    def __init__(self, policy: PermissionPolicy, is_cancelling: Callable[[], bool], agent: str) -> None:
+    def __init__(
+        self, policy: PermissionPolicy, gate: UpdateGate, agent: str, asker: PermissionAsker | None = None
+    ) -> None:
         self.policy = policy
-        self.is_cancelling = is_cancelling
+        self.gate = gate
         self.agent = agent
+        self.asker = asker
 
     async def request_permission(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
     ) -> RequestPermissionResponse:
         what = tool_call.title or tool_call.tool_call_id
-        if self.is_cancelling():
+        if self.gate.cancelling():
             logger.info("%s asked permission for %s during a cancel: cancelled", self.agent, what)
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        option = choose_option(options, self.policy)
+            return _CANCELLED
+        answer: Answer = "deny" if self.policy == "deny" else "allow"
+        if self.policy == "ask":
+            held = await self._ask(tool_call)
+            if held is None:  # the turn was cancelled while the request waited
+                return _CANCELLED
+            answer = "allow" if held.allow else "deny"
+            if not held.allow:
+                assert self.asker is not None
+                await self.asker.tell(held)
+        option = choose_option(options, answer)
         if option is None:
-            # No option fits the policy (an agent offering only "allow" to a deny policy): cancelling is
-            # the one answer that grants nothing.
-            logger.warning("%s asked permission for %s with no %s option: cancelled", self.agent, what, self.policy)
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+            # No option fits the answer (an agent offering only "allow" to a denial): cancelling is the one
+            # answer that grants nothing.
+            logger.warning("%s asked permission for %s with no %s option: cancelled", self.agent, what, answer)
+            return _CANCELLED
         logger.info("%s asked permission for %s: %s (%s)", self.agent, what, option.option_id, option.kind)
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
+
+    async def _ask(self, tool_call: ToolCallUpdate) -> PermissionAnswer | None:
+        """The operator's answer, or None when the turn is cancelled first (the request is then withdrawn)."""
+        assert self.asker is not None
+        asker = self.asker
+        control = self.gate.control()
+        question = self.gate.question(tool_call)
+        if control is None:  # asked outside any turn: nobody could be shown it in context
+            logger.warning("%s asked permission for %s outside a turn: denied", self.agent, question.tool)
+            return PermissionAnswer.denied("asked outside a turn")
+        answer: PermissionAnswer | None = None
+        with control.hold():
+            async with anyio.create_task_group() as tg:
+
+                async def held() -> None:
+                    nonlocal answer
+                    answer = await asker.ask(question)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(held)
+                await control.cancelled.wait()
+                tg.cancel_scope.cancel()
+        return answer
 
     async def session_update(
         self,

@@ -12,7 +12,8 @@ it to a task of its own, so this holds exactly, with no timing involved:
 
 The gate also decides what the idle watchdog counts as activity: only the turn's progress, the updates in
 `PROGRESS` (text, thoughts, tool calls, plans). Requests from the agent (`session/request_permission`,
-answered at once by policy; anything else it asks) and other notifications (usage, commands, modes) are
+answered at once by policy, or held for the operator under `ask`, the watchdog held meanwhile; anything
+else it asks) and other notifications (usage, commands, modes) are
 not progress: an agent asking permission in a loop, or chattering about its modes, while the turn goes
 nowhere would otherwise never idle out.
 """
@@ -23,12 +24,14 @@ import logging
 from typing import Any
 
 import anyio
-from acp.schema import SessionNotification
+from acp.schema import SessionNotification, ToolCallUpdate
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import ValidationError
 
+from hyperhive.runtime.acp.tool_calls import mcp_tool_input, tool_name
 from hyperhive.runtime.acp.translate import Translator
 from hyperhive.runtime.acp.turn import StopControl
+from hyperhive.runtime.permissions import PermissionQuestion
 from hyperhive.runtime.stream import StreamLine
 
 logger = logging.getLogger("hyperhive.runtime.acp")
@@ -103,6 +106,24 @@ class UpdateGate:
     def cancelling(self) -> bool:
         """Whether the current turn is being cancelled (permission requests are then answered `cancelled`)."""
         return self._armed is not None and self._armed.control.cancelling
+
+    def control(self) -> StopControl | None:
+        """The stop controls of the turn whose prompt is on the wire (a permission request holds its
+        watchdog and waits on its cancel), or None between turns."""
+        return self._armed.control if self._armed is not None and self._open else None
+
+    def question(self, tool_call: ToolCallUpdate) -> PermissionQuestion:
+        """What a permission request asks, named as the turn's stream names the call: the tool_call update
+        announcing it came before the request on the wire, so the translator knows it."""
+        feed = self._armed
+        seen = feed.translator.tool_call(tool_call.tool_call_id) if feed is not None else None
+        servers = feed.translator.servers if feed is not None else ()
+        if seen is not None:
+            name, raw = seen
+        else:
+            name, raw = tool_name(tool_call.title, tool_call.kind, tool_call.field_meta, servers), None
+        raw = tool_call.raw_input if tool_call.raw_input is not None else raw
+        return PermissionQuestion(name, tool_call.title or name, mcp_tool_input(name, raw))
 
     def outgoing(self, message: dict[str, Any]) -> None:
         feed = self._armed

@@ -54,10 +54,11 @@ from hyperhive.runtime.acp.answers import (
 from hyperhive.runtime.acp.client import HiveClient, PermissionPolicy
 from hyperhive.runtime.acp.gate import UpdateFeed, UpdateGate
 from hyperhive.runtime.acp.spawn import LEFTOVER_GRACE, agent_environment, spawn_agent
-from hyperhive.runtime.acp.translate import Translator
+from hyperhive.runtime.acp.translate import Translator, turn_share
 from hyperhive.runtime.acp.transport import LineTransport
 from hyperhive.runtime.acp.turn import StopControl
 from hyperhive.runtime.errors import AgentExited, AgentRefused, ProtocolError, TurnError
+from hyperhive.runtime.permissions import PermissionAsker
 from hyperhive.runtime.stream import StreamLine
 
 logger = logging.getLogger("hyperhive.runtime.acp")
@@ -82,6 +83,7 @@ class AgentLink:
         max_line_bytes: int,
         *,
         leftover_grace: float = LEFTOVER_GRACE,
+        asker: PermissionAsker | None = None,
     ) -> None:
         assert child.stdin is not None and child.stdout is not None
         self.child = child
@@ -98,12 +100,13 @@ class AgentLink:
             on_outgoing=self._gate.outgoing,
             on_incoming=self._gate.incoming,
         )
-        self.client = HiveClient(policy, self._gate.cancelling, command)
+        self.client = HiveClient(policy, self._gate, command, asker)
         # Client-side requests need no use_unstable_protocol (that flag only gates what the peer may call
         # on us); `session/close` is sent all the same when the agent advertises it.
         self.conn = ClientSideConnection(self.client, self.transport)
         self.init: InitializeResponse | None = None
         self.session_id: str | None = None
+        self._session_cost = 0.0  # what this process said its session cost so far (`turn_cost`)
         self._closed = False
         self._pipes = pipe_ids(child)
         self._supervisor = asyncio.create_task(self._supervise(), name=f"acp agent {child.pid}")
@@ -126,6 +129,12 @@ class AgentLink:
             if not self.child.stderr_done.is_set() and self.child.stderr is not None:
                 await self.child.stderr.aclose()  # the drain then ends, with what it read
 
+    def turn_cost(self, session_cost: float | None) -> float | None:
+        """A turn's own cost (USD) from what the agent says its session cost so far after it (translate.py's
+        `turn_share`), counted from this process's last turn."""
+        share, self._session_cost = turn_share(self._session_cost, session_cost)
+        return share
+
     # -- start ------------------------------------------------------------------------------------------
 
     @classmethod
@@ -141,13 +150,14 @@ class AgentLink:
         max_line_bytes: int,
         auth_method: str | None = None,
         leftover_grace: float = LEFTOVER_GRACE,
+        asker: PermissionAsker | None = None,
     ) -> AgentLink:
         """Spawn and initialize the agent, then `authenticate` with `auth_method` when one is given;
         `AgentRefused` (with the agent reaped) when it is unusable. `leftover_grace`: between TERM and KILL
         for what the agent left in its group once it exited."""
         env = agent_environment(env)
         child = await spawn_agent(command, args, env=env, cwd=cwd, leftover_grace=leftover_grace)
-        link = cls(child, command, policy, max_line_bytes, leftover_grace=leftover_grace)
+        link = cls(child, command, policy, max_line_bytes, leftover_grace=leftover_grace, asker=asker)
         try:
             await link._initialize(start_timeout)
             if auth_method is not None:

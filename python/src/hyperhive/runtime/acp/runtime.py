@@ -38,6 +38,7 @@ from hyperhive.runtime.errors import (
     TurnError,
     Unsupported,
 )
+from hyperhive.runtime.permissions import PermissionAsker
 from hyperhive.runtime.sessions import Sessions
 from hyperhive.runtime.stream import ResultLine, StreamLine, SystemLine
 
@@ -82,11 +83,15 @@ class AcpRuntime:
         shutdown_grace: float = 2.0,
         leftover_grace: float = LEFTOVER_GRACE,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        asker: PermissionAsker | None = None,
     ) -> None:
         if not config.acp_command:
             raise AgentRefused("(none)", "no ACP agent command is configured (HIVE_ACP_COMMAND)")
-        if permission_policy not in ("allow", "deny"):
-            raise ValueError(f"permission_policy must be 'allow' or 'deny', not {permission_policy!r}")
+        if permission_policy not in ("allow", "deny", "ask"):
+            raise ValueError(f"permission_policy must be 'allow', 'deny' or 'ask', not {permission_policy!r}")
+        if permission_policy == "ask" and asker is None:
+            raise ValueError("the 'ask' permission policy needs someone to ask (the service's permission desk)")
+        self.asker = asker
         self.config = config
         self.sessions = sessions
         self.command: str = config.acp_command
@@ -158,7 +163,7 @@ class AcpRuntime:
         return self._link is not None and not self._closed
 
     async def release(self) -> bool:
-        """Stop the agent between turns (an idle sub-agent's: harness/subagents.py); the next turn starts it
+        """Stop the agent between turns (an idle sub-agent's: core/subagents.py); the next turn starts it
         again and loads the session. Kept when the agent cannot load sessions: its conversation would be lost.
         """
         async with self._lock:  # after the turn in flight, if any
@@ -252,7 +257,9 @@ class AcpRuntime:
                 await self._drop_stuck(link)
                 raise IdleTimeout(self.config.idle_timeout, RUNTIME)
             stop_reason = "cancelled" if control.stopping == "cancel" else response.stop_reason
-            return self._result(state, translator, stop_reason=stop_reason, usage=usage_fields(response.usage))
+            line = self._result(state, translator, stop_reason=stop_reason, usage=usage_fields(response.usage))
+            cost = link.turn_cost(translator.session_cost)
+            return line if cost is None else line.model_copy(update={"total_cost_usd": cost})
         if outcome.killed:
             await self._drop(link)
             if control.stopping == "cancel":
@@ -333,13 +340,14 @@ class AcpRuntime:
             link = await AgentLink.start(
                 self.command,
                 self.config.acp_args,
-                env=dict(self.config.acp_env),
+                env={**self.config.child_env(), **self.config.acp_env},
                 cwd=self.config.workdir,
                 policy=self.permission_policy,
                 start_timeout=self.start_timeout,
                 max_line_bytes=self.max_line_bytes,
                 auth_method=self.config.acp_auth_method,
                 leftover_grace=self.leftover_grace,
+                asker=self.asker,
             )
             if self._closed:  # aclose() ran while it was starting
                 await link.shutdown(grace=self.shutdown_grace)

@@ -12,7 +12,7 @@ What it builds:
 - a tool call → an `assistant` line with a `tool_use` block once its input is known, then a `user` line
   with its `tool_result` when it completes or fails (named, and its input and result text found, as
   tool_calls.py says);
-- `usage_update` → the context usage reported in the turn's `result` line;
+- `usage_update` → the context usage reported in the turn's `result` line, and the session's cost so far;
 - the turn's text, for the `result` line, keeps its first `RESULT_MAX_CHARS` characters (all of it is in
   the text blocks).
 """
@@ -88,6 +88,16 @@ _FINISHED = frozenset({"completed", "failed"})
 UNFINISHED_TOOL_RESULT = "the turn ended before this tool call finished"
 
 
+def turn_share(before: float, session_cost: float | None) -> tuple[float | None, float]:
+    """A turn's cost and the count to start the next from, given the session's cost so far before the turn
+    and as the agent said it after (None: not said). claude-agent-acp counts up over a session's prompts,
+    from 0 in each process: the rise is the turn's; a count that went down started afresh, all of it the
+    turn's."""
+    if session_cost is None:
+        return None, before
+    return (session_cost - before if session_cost >= before else session_cost), session_cost
+
+
 def usage_fields(usage: Usage | None) -> dict[str, Any]:
     """`PromptResponse.usage` (unstable in ACP) in the key names claude's `result.usage` uses."""
     if usage is None:
@@ -155,11 +165,20 @@ class Translator:
         self.model = model
         self.servers = tuple(mcp_servers)
         self.context_usage: ContextUsage | None = None
+        # What the session has cost so far, as the agent last said in a `usage_update` (claude-agent-acp
+        # counts it up over the session's prompts in one process): the runtime takes the turn's share.
+        self.session_cost: float | None = None
         self._texts: list[str] = []  # the result's text, separators included
         self._text_size = 0
         self._text_cut = False
         self._open: _Block | None = None
         self._calls: dict[str, _ToolCall] = {}
+
+    def tool_call(self, tool_call_id: str) -> tuple[str, Any] | None:
+        """The name and raw input of a tool call this turn announced, if it did (a permission request
+        names the call it is about)."""
+        call = self._calls.get(tool_call_id)
+        return None if call is None else (call.name, call.raw_input)
 
     @property
     def text(self) -> str:
@@ -177,6 +196,8 @@ class Translator:
             return self._tool_progress(update)
         if isinstance(update, UsageUpdate):
             self.context_usage = ContextUsage(used=update.used, size=update.size)
+            if update.cost is not None and update.cost.currency.upper() == "USD" and update.cost.amount >= 0:
+                self.session_cost = update.cost.amount
             return []
         # user_message_chunk (an echo of the prompt), plan, commands, mode, config, session info: not output.
         logger.debug("not translated: %s update", update.session_update)

@@ -4,7 +4,9 @@ Both stops send the agent `session/cancel`:
 - an interrupt (`AcpRuntime.interrupt()` → `StopControl.cancel`), when the harness asks; the turn then
   ends with stop reason `cancelled`, whatever the agent answers;
 - the idle watchdog, when the turn has made no progress for `idle_timeout` seconds (what counts as
-  progress is the gate's to say: gate.PROGRESS); the turn fails.
+  progress is the gate's to say: gate.PROGRESS); the turn fails. A turn waiting for the operator's answer
+  to a permission request is not idle: the watchdog is held (`StopControl.hold`) until the answer, and its
+  clock starts afresh then.
 
 An agent that has not answered the prompt `cancel_grace` seconds after the cancel is killed, its whole
 process group with it, and the prompt is abandoned.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -35,6 +37,8 @@ class StopControl:
         self.cancel_requested = False
         self.stopping: StopKind | None = None  # set once session/cancel is decided, by either path
         self.last_activity = anyio.current_time()
+        self.holds = 0  # permission requests waiting for a human: the watchdog does not fire meanwhile
+        self.cancelled = anyio.Event()  # set with `cancel`: what a held request waits on besides its answer
         self._wake = anyio.Event()
 
     @property
@@ -45,6 +49,7 @@ class StopControl:
         """Ask for the turn to be cancelled. Sync, idempotent, safe from any task of the event loop."""
         if not self.cancel_requested:
             self.cancel_requested = True
+            self.cancelled.set()
             self._wake.set()
 
     def touch(self) -> None:
@@ -52,6 +57,18 @@ class StopControl:
 
     def wake(self) -> None:
         self._wake.set()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """While entered, the turn waits for a human: not idle. Its idle clock restarts when the last
+        hold ends (the agent gets a whole idle period to act on the answer)."""
+        self.holds += 1
+        try:
+            yield
+        finally:
+            self.holds -= 1
+            self.touch()
+            self.wake()
 
     async def sleep(self, seconds: float) -> None:
         """Until `wake`/`cancel` is called or `seconds` pass; callers re-check the state afterwards."""
@@ -137,7 +154,7 @@ class PromptTurn:
             if control.stopping is None:
                 if control.cancel_requested:
                     control.stopping = "cancel"
-                elif now - control.last_activity >= self.idle_timeout:
+                elif control.holds == 0 and now - control.last_activity >= self.idle_timeout:
                     control.stopping = "idle"
                     logger.warning(
                         "%s made no progress for %g s: cancelling the turn", self.peer.label, self.idle_timeout
@@ -146,7 +163,9 @@ class PromptTurn:
                     deadline = now + self.cancel_grace
                     await self._send_cancel(deadline, answered)
                     continue
-                await control.sleep(control.last_activity + self.idle_timeout - now)
+                # Held, the watchdog sleeps a whole period at a time; the hold's end wakes it.
+                idle_at = now if control.holds else control.last_activity
+                await control.sleep(idle_at + self.idle_timeout - now)
             elif now >= deadline:
                 logger.warning(
                     "%s did not answer session/cancel within %g s: killing it", self.peer.label, self.cancel_grace
