@@ -555,6 +555,39 @@ async def test_a_message_to_an_address_the_directory_does_not_know_is_refused_at
 
 
 @pytest.mark.timeout(90)
+async def test_while_this_host_cannot_put_its_own_entry_the_directory_is_not_believed_and_the_put_is_soon_tried_again(
+    short_tmp: Path, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster electing leaders again and again took no put for a minute: every entry aged out, and each
+    send was refused as to an unknown agent (CI, the three-node fault test). Now a put that failed is tried
+    again about every second (not at the next 20 s stroke), and while this host's own puts fail a missing entry
+    queues the message instead of refusing it."""
+    failing = {"build"}  # alice's first puts fail, as in an election
+
+    async def flaky_put(js: Any, host: str, agent: str, entry: Any) -> None:
+        if host in failing:
+            raise TimeoutError("no leader for the directory now")
+        await put(js, host, agent, entry)
+
+    monkeypatch.setattr("hyperhive.hive.nats.put", flaky_put)
+    alice, bob = two_hosts(short_tmp, broker)
+    async with running(alice, bob):
+        await listed(alice, "bob@gpu")
+        await anyio.sleep(1.5)  # alice's first put and its first try again have failed
+        row, note = await alice.node.post("nobody@gpu", "hello?", reply_to=None, turn_wakes=[], turn_id=None)
+        assert row.state == "queued", row
+        assert note is not None and "the hive's directory is not current" in note, note
+        assert "no leader for the directory now" in note, note
+
+        failing.clear()
+        started = time.monotonic()
+        await listed(bob, "alice@build", seconds=10)  # tried again every second or so: not at 20 s
+        assert time.monotonic() - started < 10
+        with pytest.raises(ToolFailure, match="not sent: nobody@gpu is not in the hive's directory"):
+            await alice.node.send("nobody@gpu", "and now?", reply_to=None, turn_wakes=[], turn_id=None)
+
+
+@pytest.mark.timeout(90)
 async def test_a_message_to_an_agent_whose_accept_from_does_not_name_the_sender_is_refused_at_once(
     short_tmp: Path, broker: Broker
 ) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import ssl
 import time
 from collections import OrderedDict
@@ -58,7 +59,7 @@ from hyperhive.hive.nats_setup import (
     inbox_prefix,
     subject,
 )
-from hyperhive.hive.presence import PUT_EVERY, Directory, Presence, absent, presence, put
+from hyperhive.hive.presence import PUT_EVERY, PUT_RETRY, Directory, Presence, absent, presence, put
 from hyperhive.hive.transport import Inbound, Refused, Unreachable
 from hyperhive.roster import NatsSettings, Roster
 
@@ -281,6 +282,9 @@ class NatsTransport:
         self._directory = Directory(self._directory_js)
         self._link = Link()
         self._queue = 0  # this agent's queue as its last entry in the directory said (for its `stopped` one)
+        # When this agent's puts began to fail (monotonic; None while the last one was taken) and why: while
+        # they fail, the directory is not believed when it lacks an entry (see `check`).
+        self._put_failing: tuple[float, str] | None = None
 
     def link(self) -> dict[str, Any]:
         """This service's connection to the broker (Link.as_dict): `status`'s `broker`."""
@@ -385,6 +389,14 @@ class NatsTransport:
         now = time.time()
         why = absent(to, found, ttl, now)
         entry = found if why is None else None
+        if entry is None and self._put_failing is not None:
+            # This host's own entry cannot be put now: the broker cannot keep the directory current (a cluster
+            # without a leader lets every entry age out), so another's entry missing from it says nothing.
+            since, what = self._put_failing
+            return (
+                f"the hive's directory is not current (this host has not been able to put its own entry for"
+                f" {anyio.current_time() - since:.0f} s: {what[:200]}); it is queued"
+            )
         if entry is None:
             why = why or f"{to} is not in the hive's directory"
             try:
@@ -434,14 +446,18 @@ class NatsTransport:
                 self._queue = state.queue
                 if said:
                     log.info("hive: %s is in the hive's directory again", self.address)
-                said = ""
-            except Exception as exc:  # the broker away, a state not read now: tried again at the next round
+                said, self._put_failing = "", None
+                wait = every
+            except Exception as exc:  # the broker away, a state not read now: tried again soon
                 what = f"{type(exc).__name__}: {exc}"
                 (log.debug if what == said else log.warning)(
                     "hive: cannot put %s in the hive's directory: %s", self.address, what
                 )
                 said = what
-            await anyio.sleep(every)
+                since = anyio.current_time() if self._put_failing is None else self._put_failing[0]
+                self._put_failing = (since, what)
+                wait = min(every, PUT_RETRY * random.uniform(0.5, 1.5))  # spread: hosts not in step
+            await anyio.sleep(wait)
 
     # -- being asked ---------------------------------------------------------------------------------
 

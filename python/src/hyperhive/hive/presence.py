@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
 PUT_EVERY = 20.0  # seconds between two puts of this agent's entry
+# After a put failed, the next tries come about this often until one is taken: a broker electing a leader
+# again and again (a cluster losing nodes) takes a put at some moment within the TTL, where tries at 20 s
+# strokes, or backing off, may each fall in an election (CI saw six in a row fail, and the entry age out).
+PUT_RETRY = 1.0
 CACHE_FOR = 3.0  # a listing this young is not read again
 READ_WAIT = 5.0  # one listing (its stream info and its gets), or one get
 MAX_ENTRIES = 1000  # entries a listing reads at most
