@@ -15,6 +15,15 @@ settings.register_profile("hyperhive", deadline=None, suppress_health_check=[Hea
 settings.load_profile("hyperhive")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The real-systemd rig's rootfs and venv, made before the first test marked `rig` (each pytest-xdist
+    # worker asks; a file lock makes one of them build it): never inside a test's timeout.
+    if any(item.get_closest_marker("rig") for item in session.items):
+        from tests.nix.rig import prepare
+
+        prepare()
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     # hyperhive runs on asyncio: the ACP SDK is asyncio-only, and the harness hosts everything on one loop.

@@ -22,7 +22,7 @@ from tests.nix.nixtool import REPO, eval_module, requires_lib, requires_nix
 from tests.nix.rig import RIG_VENV, Container, RigUnavailable, booted, ensure_venv
 from tests.nix.unit_file import to_service_file
 
-pytestmark = [requires_nix, requires_lib]
+pytestmark = [requires_nix, requires_lib, pytest.mark.rig]
 
 UNIT = "hive-agent.service"
 STUB_EXE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"

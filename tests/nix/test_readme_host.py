@@ -26,7 +26,7 @@ from tests.nix.nixtool import REPO, instantiate, nixpkgs_lib, requires_lib, requ
 from tests.nix.rig import RigUnavailable, ensure_venv, machine
 from tests.nix.vm_tests import node_of, package_of
 
-pytestmark = [requires_nix, requires_lib]
+pytestmark = [requires_nix, requires_lib, pytest.mark.rig]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "readme-host"
 # The README's one host flake: a ```nix block whose first line names it.

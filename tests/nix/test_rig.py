@@ -16,6 +16,8 @@ import pytest
 from hyperhive.procs.cgroup import own_cgroup
 from tests.nix.rig import Container, RigUnavailable, booted
 
+pytestmark = pytest.mark.rig
+
 
 def test_machines_booted_together_have_cgroup_trees_of_their_own_and_leave_none(tmp_path: Path) -> None:
     names = [f"rig-apart-{uuid.uuid4().hex[:6]}" for _ in range(2)]

@@ -26,7 +26,7 @@ from tests.nix.rig import RIG_VENV, Container, RigUnavailable, booted, ensure_ve
 from tests.nix.unit_file import environment_of, to_service_file
 
 # One worker runs them all under pytest-xdist (--dist loadgroup): they share the module's booted machine.
-pytestmark = [requires_nix, requires_lib, pytest.mark.xdist_group("systemd-unit")]
+pytestmark = [requires_nix, requires_lib, pytest.mark.xdist_group("systemd-unit"), pytest.mark.rig]
 
 STUB_EXE = "/nix/store/00000000000000000000000000000000-hyperhive-0.1.0/bin/hyperhive"
 # Inside the container: the rig's own venv (Debian's python3, reachable there); on the host: this one.

@@ -22,7 +22,7 @@ from tests.nix.nixtool import requires_lib, requires_nix
 from tests.nix.rig import RigUnavailable, ensure_rootfs, ensure_venv, machine
 from tests.nix.vm_tests import Node, StubPackage, VmTest, stub_packages, vm_tests_to_collect
 
-pytestmark = [requires_nix, requires_lib]
+pytestmark = [requires_nix, requires_lib, pytest.mark.rig]
 
 # What a failed script's machines show, most telling first (CI prints only part of a long failure): the
 # service's tasks and what each wrote on stderr, the service's journal, then the rest of the boot's.
