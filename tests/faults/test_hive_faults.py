@@ -37,6 +37,7 @@ PINGPONG = {"HIVE_ACP_COMMAND": sys.executable, "HIVE_ACP_ARGS": json.dumps([str
 ROOT = os.geteuid() == 0
 
 
+@pytest.mark.timeout(900)  # rounds of service starts: each takes seconds on a loaded 2-core machine
 def test_messages_flowing_both_ways_survive_kill_9_of_either_service_or_both(tmp_path: Path, record: Record) -> None:
     rounds = soak(30, 120)
     rng = random.Random(25)
@@ -152,6 +153,7 @@ def test_unknown_and_forbidden_names_are_refused_at_once(tmp_path: Path, record:
     )
 
 
+@pytest.mark.timeout(900)  # rounds of service starts: each takes seconds on a loaded 2-core machine
 def test_a_recipient_down_for_a_minute_gets_everything_when_it_comes_back(tmp_path: Path, record: Record) -> None:
     down_for = soak(60, 120)
     roster = write_roster(tmp_path, ["alice", "bob"])

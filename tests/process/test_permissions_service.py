@@ -180,7 +180,9 @@ def test_the_agents_own_processes_cannot_answer_its_requests(tmp_path: Path) -> 
 def test_a_sub_agents_request_comes_to_the_operator_tagged_and_the_sub_agent_needs_you(tmp_path: Path) -> None:
     demo = json.dumps(["-m", "hyperhive", "demo-agent", "--ask"])  # asks before each bash call, sub-agent too
     with running_service(tmp_path, **{**ASK, "HIVE_IDLE_TIMEOUT": "30"}, HIVE_ACP_ARGS=demo) as svc:
-        svc.cli("send", "delegate: run: echo from the careful sub-agent")
+        # The task outlives the run call (sleep 1): one that ended within it is told there, not by a wake
+        # (the told-once rule), and the sub-agent's answer would never say what it printed (CI saw it).
+        svc.cli("send", "delegate: run: sleep 1; echo from the careful sub-agent")
         [request] = svc.wait_for("the sub-agent's request", lambda: waiting(svc), within=60)
         assert (request["agent"], request["tool"]) == (1, "mcp__bash__run")
         status = svc.status()
