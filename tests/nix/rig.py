@@ -178,18 +178,15 @@ def ensure_rootfs() -> Path:
     return target
 
 
-def prepare() -> str | None:
+def prepare() -> None:
     """Make what every rig test needs once a machine (the rootfs, by debootstrap: minutes on a fresh one) and
     once a change of the source (the venv), before any test starts: tests/conftest.py calls it when the run
     holds a test marked `rig`, so the making counts against no test's timeout (a test waiting on another
-    worker's debootstrap under the lock ran out of its 300 s in CI). The reason when there can be no rig
-    (its tests then skip, saying it); None when it is ready."""
-    try:
+    worker's debootstrap under the lock ran out of its 300 s in CI). Where there can be no rig, nothing: its
+    tests skip, saying why, when their fixtures ask again."""
+    with contextlib.suppress(RigUnavailable):
         ensure_rootfs()
         ensure_venv()
-    except RigUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def cgroup_hierarchies() -> list[Path]:
